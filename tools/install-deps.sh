@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Installs what building and testing ckpt needs on a Debian 12 machine (run as
+# root). Idempotent and quick when everything is present; never removes a
+# system package.
+#
+# Two parts:
+#  1. Debian packages, apt-installed only when dpkg says they are missing.
+#  2. Boost >= 1.81 (PFR with C++20 field names, Hana) and msgpack-cxx headers,
+#     unpacked into the repo-local prefix .deps/ instead of being installed:
+#     libmsgpack-cxx-dev depends on libboost-dev (Boost 1.74), which conflicts
+#     with libboost1.81-dev, so apt cannot install both. ckpt defines
+#     MSGPACK_NO_BOOST, so msgpack never needs the system Boost.
+#
+# Environment: CKPT_DEPS_PREFIX overrides the prefix (default <repo>/.deps).
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+prefix=${CKPT_DEPS_PREFIX:-$repo_root/.deps}
+
+apt_packages=(
+  g++ clang cmake make ninja-build pkg-config meson
+  libxtensor-dev xtl-dev doctest-dev
+  libzstd-dev zlib1g-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
+  # used by interop tests through /usr/bin/python3
+  python3-zarr python3-numpy python3-msgpack
+)
+# unpacked into $prefix, never installed (see above)
+local_debs=(libboost1.81-dev libmsgpack-cxx-dev)
+
+log() { printf 'install-deps: %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+  else log "need root for: $*"; exit 1
+  fi
+}
+
+is_installed() {
+  [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]
+}
+
+apt_updated=0
+apt_update_once() {
+  if [ "$apt_updated" -eq 0 ]; then
+    log "apt-get update"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    apt_updated=1
+  fi
+}
+
+# --- 1. Debian packages -----------------------------------------------------
+missing=()
+for p in "${apt_packages[@]}"; do
+  is_installed "$p" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  apt_update_once
+  log "installing: ${missing[*]}"
+  # --no-install-recommends: python3-zarr's recommends pull scipy and, with
+  # it, Boost 1.74 development packages.
+  as_root env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# --- 2. header-only deps into $prefix ------------------------------------------
+stamp="$prefix/.stamp"
+stamp_content="${local_debs[*]}"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_content" ] \
+   && [ -f "$prefix/usr/include/boost/pfr.hpp" ] \
+   && [ -f "$prefix/usr/include/msgpack.hpp" ]; then
+  exit 0
+fi
+
+log "unpacking ${local_debs[*]} into $prefix"
+rm -rf "$prefix"
+mkdir -p "$prefix"
+dl=$(mktemp -d)
+trap 'rm -rf "$dl"' EXIT
+# apt-get download as root warns that the _apt user cannot write to $dl; the
+# download still succeeds (unsandboxed), so the warning is silenced.
+chmod 755 "$dl"
+chown _apt "$dl" 2>/dev/null || true
+download() { (cd "$dl" && apt-get download -q "${local_debs[@]}" 2>&1 | grep -v 'sandbox' >&2 || true); }
+download
+shopt -s nullglob
+debs=("$dl"/*.deb)
+if [ "${#debs[@]}" -ne "${#local_debs[@]}" ]; then
+  # package lists may be missing or stale on a fresh machine
+  apt_update_once
+  rm -f "$dl"/*.deb
+  download
+  debs=("$dl"/*.deb)
+fi
+if [ "${#debs[@]}" -ne "${#local_debs[@]}" ]; then
+  log "could not download ${local_debs[*]}"
+  exit 1
+fi
+for deb in "${debs[@]}"; do
+  dpkg-deb -x "$deb" "$prefix"
+done
+for f in usr/include/boost/pfr.hpp usr/include/boost/hana.hpp usr/include/msgpack.hpp; do
+  [ -f "$prefix/$f" ] || { log "missing $prefix/$f after unpacking"; exit 1; }
+done
+# msgpack's CMake package would pull Boost through find_dependency; ckpt uses
+# the headers only, so keep the package out of reach of find_package.
+rm -rf "$prefix/usr/lib/x86_64-linux-gnu/cmake/msgpackc-cxx"
+echo "$stamp_content" > "$stamp"
+log "done"
