@@ -1,0 +1,62 @@
+# Settings for ckpt's own targets (tests, examples, bench, tools); never
+# applied to consumers and not installed.
+
+# The library the development targets compile against: include/ or, with
+# CKPT_USE_SINGLE_INCLUDE, the generated single_include/ (same dependencies).
+if(CKPT_USE_SINGLE_INCLUDE)
+  if(NOT EXISTS "${PROJECT_SOURCE_DIR}/single_include/ckpt/ckpt.hpp")
+    message(FATAL_ERROR "CKPT_USE_SINGLE_INCLUDE=ON but single_include/ckpt/ckpt.hpp "
+      "does not exist: run `make single-include` first")
+  endif()
+  add_library(ckpt_single_include INTERFACE)
+  target_compile_features(ckpt_single_include INTERFACE cxx_std_20)
+  target_include_directories(ckpt_single_include INTERFACE "${PROJECT_SOURCE_DIR}/single_include")
+  target_link_libraries(ckpt_single_include INTERFACE ${CKPT_DEPS_TARGETS})
+  set(CKPT_DEV_LIBRARY ckpt_single_include)
+else()
+  set(CKPT_DEV_LIBRARY ckpt::ckpt)
+endif()
+
+set(CKPT_SANITIZE_FLAGS "")
+if(CKPT_SANITIZE)
+  set(CKPT_SANITIZE_FLAGS -fsanitize=${CKPT_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
+endif()
+
+# Warnings as errors for our code; third-party headers come in through
+# imported targets or SYSTEM dirs, so theirs do not count. include/ is not
+# SYSTEM here: warnings from ckpt's own headers must fail the build.
+function(ckpt_target_options target)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${target} PRIVATE -Wall -Wextra -Werror ${CKPT_SANITIZE_FLAGS})
+    target_link_options(${target} PRIVATE ${CKPT_SANITIZE_FLAGS})
+  elseif(MSVC)
+    target_compile_options(${target} PRIVATE /W4 /WX)
+  endif()
+  set_target_properties(${target} PROPERTIES
+    CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
+endfunction()
+
+# One executable per <dir>/*.cpp, named after the file, built at -O2 whatever
+# the build type, and placed in <build>/<dir>/.
+function(ckpt_add_executables dir)
+  if(NOT IS_DIRECTORY "${PROJECT_SOURCE_DIR}/${dir}")
+    return()
+  endif()
+  file(GLOB sources CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/${dir}/*.cpp")
+  foreach(src IN LISTS sources)
+    get_filename_component(name "${src}" NAME_WE)
+    if(TARGET ${name})
+      set(name "${dir}_${name}")
+    endif()
+    add_executable(${name} "${src}")
+    target_link_libraries(${name} PRIVATE ${CKPT_DEV_LIBRARY})
+    ckpt_target_options(${name})
+    if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+      target_compile_options(${name} PRIVATE -O2)
+    endif()
+    target_compile_definitions(${name} PRIVATE CKPT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+    get_filename_component(stem "${src}" NAME_WE)
+    set_target_properties(${name} PROPERTIES OUTPUT_NAME ${stem}
+      RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/${dir}")
+  endforeach()
+endfunction()
