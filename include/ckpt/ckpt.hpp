@@ -1,0 +1,36 @@
+// ckpt/ckpt.hpp — everything: save and restore C++ training state.
+//
+//   ckpt::save("/tmp/run/1", state);
+//   auto s = ckpt::restore<TrainState>("/tmp/run/1");
+//
+// The pipeline, in the order data flows on save: tree/ (reflect a struct into
+// paths), leaf/ (a value into dtype, shape and bytes), snapshot.hpp, format/
+// (bytes into files), io/ (files, fsync, atomic commit); and back through index.hpp.
+#pragma once
+
+#include <ckpt/version.hpp>
+#include <ckpt/error.hpp>
+#include <ckpt/options.hpp>
+
+#include <ckpt/leaf/dtype.hpp>
+#include <ckpt/leaf/half.hpp>
+#include <ckpt/leaf/codec.hpp>
+#include <ckpt/leaf/scalar.hpp>
+#include <ckpt/leaf/string.hpp>
+#include <ckpt/leaf/sequence.hpp>
+#include <ckpt/leaf/xtensor.hpp>
+#include <ckpt/leaf/random_engine.hpp>
+
+#include <ckpt/tree/path.hpp>
+#include <ckpt/tree/reflect.hpp>
+#include <ckpt/tree/node.hpp>
+#include <ckpt/tree/walk.hpp>
+#include <ckpt/tree/schema.hpp>
+#include <ckpt/tree/fill.hpp>
+#include <ckpt/tree/tree.hpp>
+
+#include <ckpt/snapshot.hpp>
+#include <ckpt/index.hpp>
+#include <ckpt/format/native.hpp>
+#include <ckpt/save.hpp>
+#include <ckpt/restore.hpp>

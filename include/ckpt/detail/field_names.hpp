@@ -1,0 +1,95 @@
+// ckpt/detail/field_names.hpp — the names of an aggregate's fields, read at compile time.
+//
+// Boost 1.81's PFR has no get_name, so ckpt carries the technique of later PFR:
+// take the address of field I of a never-defined extern object, pass it as a
+// template argument, and read the field's name back out of __PRETTY_FUNCTION__.
+// The pointer is wrapped in a one-member struct because clang 14-16 reject raw
+// pointers to subobjects as template arguments. Where the name sits inside the
+// pretty function is learned from a probe struct, and static_asserted on it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+#include <utility>
+
+#include <boost/pfr/core.hpp>
+#include <boost/pfr/tuple_size.hpp>
+
+namespace ckpt::detail {
+
+template <class T>
+struct field_address {
+  const T* ptr;
+};
+template <class T>
+field_address(const T*) -> field_address<T>;
+
+// Never defined: only the addresses of its members are used, at compile time.
+template <class T>
+extern const T never_defined_object;
+
+template <auto Address>
+consteval std::string_view pretty_function_of() {
+  return __PRETTY_FUNCTION__;
+}
+
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wundefined-var-template"  // never defined on purpose
+#endif
+template <class T, std::size_t I>
+consteval std::string_view raw_field_signature() {
+  return pretty_function_of<field_address{&boost::pfr::get<I>(never_defined_object<T>)}>();
+}
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
+
+struct field_name_probe {
+  int ckpt_probe_field_name;
+};
+
+inline constexpr std::string_view probe_name = "ckpt_probe_field_name";
+// Characters after the field's name in the pretty function (e.g. ")}]" on GCC, "}]" on clang).
+inline constexpr std::size_t name_suffix_length = [] {
+  constexpr std::string_view s = raw_field_signature<field_name_probe, 0>();
+  return s.size() - (s.rfind(probe_name) + probe_name.size());
+}();
+
+constexpr bool is_identifier_char(char c) {
+  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+template <class T, std::size_t I>
+consteval std::string_view field_name_of() {
+  constexpr std::string_view s = raw_field_signature<T, I>();
+  std::size_t end = s.size() - name_suffix_length;
+  std::size_t begin = end;
+  while (begin > 0 && is_identifier_char(s[begin - 1])) --begin;
+  return s.substr(begin, end - begin);
+}
+
+template <class T, std::size_t... I>
+consteval auto field_names_of(std::index_sequence<I...>) {
+  return std::array<std::string_view, sizeof...(I)>{field_name_of<T, I>()...};
+}
+
+// The names of T's fields, in declaration order.
+template <class T>
+inline constexpr auto aggregate_field_names =
+    field_names_of<T>(std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+
+struct field_name_probe2 {
+  double alpha;
+  int beta_2;
+  field_name_probe gamma;
+};
+static_assert(field_name_of<field_name_probe, 0>() == probe_name &&
+                  aggregate_field_names<field_name_probe2>[0] == "alpha" &&
+                  aggregate_field_names<field_name_probe2>[1] == "beta_2" &&
+                  aggregate_field_names<field_name_probe2>[2] == "gamma",
+              "******** ckpt: this compiler spells __PRETTY_FUNCTION__ in a way ckpt's field-name "
+              "reader does not understand; field names of aggregates cannot be read. ********");
+
+}  // namespace ckpt::detail

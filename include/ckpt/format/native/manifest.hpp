@@ -1,0 +1,183 @@
+// ckpt/format/native/manifest.hpp — the native format's manifest and commit marker.
+//
+// manifest: msgpack map
+//   format "ckpt-native", format_version 1, library_version, type, fingerprint,
+//   schema [[path, dtype, rank]...],
+//   leaves [{path: [segments], dtype, shape, file (nil: inline), offset, length,
+//            codec "raw", xxh3, inline (bin, only when file is nil)}...]
+// commit: text written last, holding the manifest's size and xxh3, so a torn or
+// altered manifest is detected before it is parsed.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <ckpt/detail/msgpack.hpp>
+#include <ckpt/index.hpp>
+#include <ckpt/io/checksum.hpp>
+#include <ckpt/version.hpp>
+
+namespace ckpt::native_format {
+
+inline constexpr const char* format_name = "ckpt-native";
+inline constexpr std::uint64_t format_version = 1;
+inline constexpr const char* manifest_file = "manifest";
+inline constexpr const char* commit_file = "commit";
+inline constexpr std::uint64_t alignment = 4096;
+inline constexpr std::uint64_t max_manifest_bytes = std::uint64_t{1} << 32;
+
+inline std::string data_file_name(std::size_t k) { return "data-" + std::to_string(k); }
+
+// Only names the writer produces are accepted: nothing can point outside the checkpoint.
+inline bool is_data_file_name(std::string_view s) {
+  if (s.size() < 6 || s.size() > 12 || s.substr(0, 5) != "data-") return false;
+  for (char c : s.substr(5))
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vector<IndexEntry>& entries) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  auto str = [&](std::string_view s) {
+    pk.pack_str(static_cast<std::uint32_t>(s.size()));
+    pk.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
+  };
+  pk.pack_map(7);
+  str("format"); str(format_name);
+  str("format_version"); pk.pack(format_version);
+  str("library_version"); str(library_version);
+  str("type"); str(info.type_name);
+  str("fingerprint"); pk.pack(info.fingerprint);
+  str("schema");
+  pk.pack_array(static_cast<std::uint32_t>(info.schema.size()));
+  for (const auto& s : info.schema) {
+    pk.pack_array(3);
+    str(s.path); str(s.dtype); pk.pack(s.rank);
+  }
+  str("leaves");
+  pk.pack_array(static_cast<std::uint32_t>(entries.size()));
+  for (const auto& e : entries) {
+    pk.pack_map(8);  // path dtype shape file offset length xxh3, then inline or codec
+    str("path");
+    pk.pack_array(static_cast<std::uint32_t>(e.path.size()));
+    for (const auto& seg : e.path.segments()) str(seg);
+    str("dtype"); str(dtype_name(e.type));
+    str("shape");
+    pk.pack_array(static_cast<std::uint32_t>(e.shape.size()));
+    for (auto d : e.shape) pk.pack(d);
+    str("file");
+    if (e.file.empty()) pk.pack_nil(); else str(e.file);
+    str("offset"); pk.pack(e.offset);
+    str("length"); pk.pack(e.length);
+    str("xxh3"); pk.pack(e.checksum);
+    if (e.file.empty()) {
+      str("inline");
+      pk.pack_bin(static_cast<std::uint32_t>(e.inline_bytes.size()));
+      pk.pack_bin_body(reinterpret_cast<const char*>(e.inline_bytes.data()), static_cast<std::uint32_t>(e.inline_bytes.size()));
+    } else {
+      str("codec"); str(e.codec);
+    }
+  }
+  return {buf.data(), buf.data() + buf.size()};
+}
+
+struct CommitRecord {
+  std::uint64_t manifest_bytes = 0;
+  std::uint64_t manifest_xxh3 = 0;
+};
+
+inline std::string encode_commit(const CommitRecord& c) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "ckpt-native commit\nmanifest-bytes %llu\nmanifest-xxh3 %016llx\n",
+                static_cast<unsigned long long>(c.manifest_bytes), static_cast<unsigned long long>(c.manifest_xxh3));
+  return buf;
+}
+
+inline CommitRecord decode_commit(std::string_view text, const std::string& checkpoint) {
+  auto field = [&](std::string_view key, int base) {
+    const auto at = text.find(key);
+    if (text.substr(0, 19) != "ckpt-native commit\n" || at == std::string_view::npos)
+      throw CorruptCheckpointError(checkpoint, "", "commit marker is malformed");
+    const char* first = text.data() + at + key.size();
+    std::uint64_t v = 0;
+    auto [ptr, ec] = std::from_chars(first, text.data() + text.size(), v, base);
+    if (ec != std::errc() || ptr == first) throw CorruptCheckpointError(checkpoint, "", "commit marker is malformed");
+    return v;
+  };
+  return {field("manifest-bytes ", 10), field("manifest-xxh3 ", 16)};
+}
+
+// Parses a manifest already checked against the commit marker; still validates every
+// field, since the marker only proves the manifest is the one the writer wrote.
+inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint,
+                                               IndexInfo& info, msgpack::object_handle& keep) {
+  keep = detail::mp::unpack_untrusted(reinterpret_cast<const char*>(bytes.data()), bytes.size(), checkpoint);
+  const detail::mp::Reader r(checkpoint, "manifest");
+  const msgpack::object& root = keep.get();
+  info.format = r.str(r.at(root, "format"), "format");
+  if (info.format != format_name) r.fail("format is \"" + info.format + "\", not " + format_name);
+  info.format_version = r.u64(r.at(root, "format_version"), "format_version");
+  if (info.format_version > format_version)
+    r.fail("format version " + std::to_string(info.format_version) + " is newer than this library reads (" +
+           std::to_string(format_version) + ")");
+  info.library_version = r.str(r.at(root, "library_version"), "library_version");
+  info.type_name = r.str(r.at(root, "type"), "type");
+  info.fingerprint = r.u64(r.at(root, "fingerprint"), "fingerprint");
+  for (const auto& s : r.array(r.at(root, "schema"), "schema")) {
+    const auto& a = r.array(s, "schema entry");
+    if (a.size != 3) r.fail("schema entry must have 3 items");
+    info.schema.push_back({r.str(a.ptr[0], "schema path"), r.str(a.ptr[1], "schema dtype"),
+                           static_cast<int>(r.i64(a.ptr[2], "schema rank"))});
+  }
+
+  std::vector<IndexEntry> entries;
+  const auto& leaves = r.array(r.at(root, "leaves"), "leaves");
+  entries.reserve(leaves.size);
+  for (const auto& l : leaves) {
+    IndexEntry e;
+    std::vector<std::string> segs;
+    for (const auto& s : r.array(r.at(l, "path"), "path")) segs.push_back(r.str(s, "path segment"));
+    e.path = Path(std::move(segs));
+    const std::string where = e.path.str();
+    auto fail = [&](const std::string& what) -> void { throw CorruptCheckpointError(checkpoint, where, what); };
+    const std::string dt = r.str(r.at(l, "dtype"), "dtype");
+    const auto d = dtype_from_name(dt);
+    if (!d) fail("unknown dtype \"" + dt + "\"");
+    e.type = *d;
+    for (const auto& s : r.array(r.at(l, "shape"), "shape")) e.shape.push_back(r.i64(s, "shape"));
+    const std::int64_t count = element_count(e.shape);
+    if (count < 0) fail("shape " + shape_str(e.shape) + " is invalid");
+    e.offset = r.u64(r.at(l, "offset"), "offset");
+    e.length = r.u64(r.at(l, "length"), "length");
+    e.checksum = r.u64(r.at(l, "xxh3"), "xxh3");
+    if (is_numeric(e.type)) {
+      if (static_cast<std::uint64_t>(count) > e.length / dtype_size(e.type) + 1 ||
+          static_cast<std::uint64_t>(count) * dtype_size(e.type) != e.length)
+        fail("shape " + shape_str(e.shape) + " of " + dt + " needs " + std::to_string(count) + " elements but " +
+             std::to_string(e.length) + " bytes are recorded");
+    } else if (e.type == dtype::none && e.length != 0) {
+      fail("an empty node has bytes");
+    } else if (e.type == dtype::string && !e.shape.empty()) {
+      fail("string leaves must be scalars");
+    }
+    const msgpack::object& file = r.at(l, "file");
+    if (file.type == msgpack::type::NIL) {
+      const msgpack::object& in = r.at(l, "inline");
+      if (in.type != msgpack::type::BIN || in.via.bin.size != e.length) fail("inline bytes do not match the length");
+      e.inline_bytes = {reinterpret_cast<const std::byte*>(in.via.bin.ptr), in.via.bin.size};
+    } else {
+      e.file = r.str(file, "file");
+      if (!is_data_file_name(e.file)) fail("data file name \"" + e.file + "\" is not one ckpt writes");
+      if (const auto* c = r.find(l, "codec")) e.codec = r.str(*c, "codec");
+      if (e.codec != "raw") fail("codec \"" + e.codec + "\" is not supported");
+    }
+    entries.push_back(std::move(e));
+  }
+  return entries;
+}
+
+}  // namespace ckpt::native_format

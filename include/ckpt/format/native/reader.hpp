@@ -1,0 +1,117 @@
+// ckpt/format/native/reader.hpp — a native checkpoint directory becomes an Index.
+//
+// Opening reads the commit marker and the manifest only, checks the manifest against
+// the marker, and checks every leaf's bytes lie inside its data file, so that later
+// reads can trust offsets and lengths. Reading a leaf preads straight into the
+// target, hashing each piece while it is still in cache.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <ckpt/format/native/manifest.hpp>
+#include <ckpt/io/checksum.hpp>
+#include <ckpt/io/file.hpp>
+
+namespace ckpt::native_format {
+
+namespace fs = std::filesystem;
+
+class Reader final : public IndexReader {
+ public:
+  explicit Reader(std::map<std::string, io::File> files) : files_(std::move(files)) {}
+
+  void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const override {
+    if (e.file.empty()) {
+      std::copy(e.inline_bytes.begin(), e.inline_bytes.end(), dst.begin());
+      if (verify && io::xxh3(dst) != e.checksum) fail_checksum(index, e);
+      return;
+    }
+    const io::File& f = files_.at(e.file);
+    const fs::path name = fs::path(index.checkpoint()) / e.file;
+    constexpr std::size_t piece = std::size_t{1} << 20;
+    io::Xxh3Stream hash;
+    for (std::size_t done = 0; done < dst.size(); done += piece) {
+      const auto part = dst.subspan(done, std::min(piece, dst.size() - done));
+      try {
+        io::pread_exact(f, part, e.offset + done, name);
+      } catch (const Error& err) {
+        throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
+      }
+      if (verify) hash.update(part);
+    }
+    if (verify && hash.digest() != e.checksum) fail_checksum(index, e);
+  }
+
+ private:
+  [[noreturn]] static void fail_checksum(const Index& index, const IndexEntry& e) {
+    throw CorruptCheckpointError(index.checkpoint(), e.path.str(),
+                                 "checksum mismatch: the leaf's bytes were altered or torn");
+  }
+  std::map<std::string, io::File> files_;
+};
+
+inline bool detect(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / manifest_file, ec) || fs::is_regular_file(dir / commit_file, ec);
+}
+
+inline std::shared_ptr<const Index> open(const fs::path& dir) {
+  const std::string ckpt = dir.string();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw Error(ckpt, "", "no checkpoint here (not a directory)");
+  if (!fs::is_regular_file(dir / commit_file, ec))
+    throw CorruptCheckpointError(ckpt, "", "no commit marker: not a complete checkpoint (a save was interrupted?)");
+
+  const auto commit_bytes = io::read_file(dir / commit_file, 4096);
+  const CommitRecord commit =
+      decode_commit({reinterpret_cast<const char*>(commit_bytes.data()), commit_bytes.size()}, ckpt);
+  if (commit.manifest_bytes > max_manifest_bytes) throw CorruptCheckpointError(ckpt, "", "manifest size is implausible");
+  auto manifest = std::make_shared<std::vector<std::byte>>();
+  try {
+    *manifest = io::read_file(dir / manifest_file, commit.manifest_bytes);
+  } catch (const CorruptCheckpointError&) {
+    throw CorruptCheckpointError(ckpt, "", "manifest is larger than the commit marker records");
+  } catch (const Error& e) {
+    throw CorruptCheckpointError(ckpt, "", std::string("manifest cannot be read: ") + e.what());
+  }
+  if (manifest->size() != commit.manifest_bytes)
+    throw CorruptCheckpointError(ckpt, "", "manifest is " + std::to_string(manifest->size()) +
+                                               " bytes, the commit marker records " +
+                                               std::to_string(commit.manifest_bytes) + " (truncated?)");
+  if (io::xxh3(*manifest) != commit.manifest_xxh3)
+    throw CorruptCheckpointError(ckpt, "", "manifest checksum mismatch: the manifest was altered or torn");
+
+  IndexInfo info;
+  auto parsed = std::make_shared<msgpack::object_handle>();
+  std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info, *parsed);
+
+  std::map<std::string, io::File> files;
+  std::map<std::string, std::uint64_t> sizes;
+  for (const auto& e : entries) {
+    if (e.file.empty()) continue;
+    if (!files.count(e.file)) {
+      const fs::path p = dir / e.file;
+      try {
+        io::File f = io::File::open_read(p);
+        sizes[e.file] = f.size(p);
+        files.emplace(e.file, std::move(f));
+      } catch (const Error&) {
+        throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing or unreadable");
+      }
+    }
+    const std::uint64_t size = sizes[e.file];
+    if (e.offset > size || e.length > size - e.offset)
+      throw CorruptCheckpointError(ckpt, e.path.str(),
+                                   "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
+                                       ") lie outside " + e.file + " (" + std::to_string(size) + " bytes; truncated?)");
+  }
+  // The entries' inline spans point into the parsed msgpack zone, which the Index keeps alive.
+  auto keep = std::make_shared<std::pair<decltype(manifest), decltype(parsed)>>(manifest, parsed);
+  return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries),
+                                       std::make_shared<Reader>(std::move(files)), keep);
+}
+
+}  // namespace ckpt::native_format

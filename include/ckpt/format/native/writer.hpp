@@ -1,0 +1,135 @@
+// ckpt/format/native/writer.hpp — a Snapshot becomes data files, a manifest and a commit marker.
+//
+// Large leaves go to data files back to back, each at a 4 KiB boundary, written
+// straight from the leaf's memory with writev (no serialization buffer); several
+// data files are written by several threads. Small leaves go inline in the manifest.
+#pragma once
+
+#include <algorithm>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <ckpt/format/native/manifest.hpp>
+#include <ckpt/io/checksum.hpp>
+#include <ckpt/io/file.hpp>
+#include <ckpt/options.hpp>
+#include <ckpt/snapshot.hpp>
+
+namespace ckpt::native_format {
+
+namespace detail {
+inline const std::byte* zero_page() {
+  alignas(4096) static const std::byte zeros[alignment] = {};
+  return zeros;
+}
+
+inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves) {
+  unsigned n = opt.data_files;
+  if (n == 0) n = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  return static_cast<unsigned>(std::clamp<std::size_t>(large_leaves, 1, n));
+}
+
+// Writes the leaves assigned to one data file, in order, each padded to the alignment,
+// hashing each leaf just before it is written (while it is warm in cache).
+inline void write_data_file(const std::filesystem::path& file, const Snapshot& snap,
+                            std::vector<IndexEntry>& entries, const std::vector<std::size_t>& leaves) {
+  io::File f = io::File::create(file);
+  std::vector<iovec> batch;
+  std::size_t batch_bytes = 0;
+  auto flush = [&] {
+    if (!batch.empty()) io::write_all(f, std::move(batch), file);
+    batch.clear();
+    batch_bytes = 0;
+  };
+  for (std::size_t i : leaves) {
+    const auto bytes = snap.leaves[i].data.view;
+    entries[i].checksum = io::xxh3(bytes);
+    batch.push_back({const_cast<std::byte*>(bytes.data()), bytes.size()});
+    const std::size_t pad = static_cast<std::size_t>((alignment - bytes.size() % alignment) % alignment);
+    if (pad) batch.push_back({const_cast<std::byte*>(zero_page()), pad});
+    batch_bytes += bytes.size() + pad;
+    if (batch.size() >= 512 || batch_bytes >= (std::size_t{64} << 20)) flush();
+  }
+  flush();
+  f.sync(file);
+}
+}  // namespace detail
+
+// Writes the checkpoint into `dir` (an empty staging directory); the caller commits it.
+inline void write(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opt) {
+  std::vector<IndexEntry> entries(snap.leaves.size());
+  std::vector<std::size_t> large;
+  for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
+    const auto& leaf = snap.leaves[i];
+    IndexEntry& e = entries[i];
+    e.path = leaf.path;
+    e.type = leaf.data.type;
+    e.shape = leaf.data.shape;
+    e.length = leaf.data.view.size();
+    if (e.length < opt.inline_threshold || e.type == dtype::none) {
+      e.inline_bytes = leaf.data.view;
+      e.checksum = io::xxh3(e.inline_bytes);
+    } else {
+      large.push_back(i);
+    }
+  }
+
+  // Spread large leaves over the data files, biggest first onto the least loaded file;
+  // each file then keeps snapshot order.
+  const unsigned nfiles = detail::data_file_count(opt, large.size());
+  std::vector<std::vector<std::size_t>> per_file(nfiles);
+  std::vector<std::uint64_t> load(nfiles, 0);
+  std::vector<std::size_t> by_size = large;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](auto a, auto b) { return entries[a].length > entries[b].length; });
+  for (std::size_t i : by_size) {
+    const auto k = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    per_file[k].push_back(i);
+    load[k] += (entries[i].length + alignment - 1) / alignment * alignment;
+  }
+  for (std::size_t k = 0; k < nfiles; ++k) {
+    std::sort(per_file[k].begin(), per_file[k].end());
+    std::uint64_t offset = 0;
+    for (std::size_t i : per_file[k]) {
+      entries[i].file = data_file_name(k);
+      entries[i].offset = offset;
+      offset += (entries[i].length + alignment - 1) / alignment * alignment;
+    }
+  }
+
+  if (!large.empty()) {
+    if (nfiles == 1) {
+      detail::write_data_file(dir / data_file_name(0), snap, entries, per_file[0]);
+    } else {
+      std::vector<std::exception_ptr> errors(nfiles);
+      {
+        std::vector<std::jthread> threads;
+        for (unsigned k = 0; k < nfiles; ++k)
+          threads.emplace_back([&, k] {
+            try {
+              detail::write_data_file(dir / data_file_name(k), snap, entries, per_file[k]);
+            } catch (...) {
+              errors[k] = std::current_exception();
+            }
+          });
+      }
+      for (auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    }
+  }
+
+  IndexInfo info;
+  info.type_name = snap.type_name;
+  info.schema = snap.schema;
+  info.fingerprint = snap.fingerprint;
+  const std::vector<char> manifest = encode_manifest(info, entries);
+  const auto manifest_bytes = std::as_bytes(std::span(manifest));
+  io::write_file_synced(dir / manifest_file, manifest_bytes);
+  const std::string commit = encode_commit({manifest.size(), io::xxh3(manifest_bytes)});
+  io::write_file_synced(dir / commit_file, std::as_bytes(std::span(commit)));
+}
+
+}  // namespace ckpt::native_format

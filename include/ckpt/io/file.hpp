@@ -1,0 +1,143 @@
+// ckpt/io/file.hpp — POSIX files: large writes, exact reads, fsync of files and directories.
+//
+// Every failure throws ckpt::Error naming the file and the errno text; callers add
+// the checkpoint and tree path where they know them.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ckpt/error.hpp>
+
+namespace ckpt::io {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] inline void throw_errno(const std::string& what, const fs::path& file) {
+  throw Error(file.string(), "", what + ": " + std::strerror(errno));
+}
+
+// An owned file descriptor.
+class File {
+ public:
+  File() = default;
+  explicit File(int fd) noexcept : fd_(fd) {}
+  File(File&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  File& operator=(File&& o) noexcept {
+    if (this != &o) { close(); fd_ = std::exchange(o.fd_, -1); }
+    return *this;
+  }
+  ~File() { close(); }
+
+  static File open_read(const fs::path& p) {
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw_errno("cannot open for reading", p);
+    return File(fd);
+  }
+  // Creates a new file; fails if it exists.
+  static File create(const fs::path& p) {
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw_errno("cannot create", p);
+    return File(fd);
+  }
+  static File open_dir(const fs::path& p) {
+    const int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) throw_errno("cannot open directory", p);
+    return File(fd);
+  }
+
+  int fd() const noexcept { return fd_; }
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+
+  std::uint64_t size(const fs::path& name) const {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) throw_errno("cannot stat", name);
+    return static_cast<std::uint64_t>(st.st_size);
+  }
+
+  void sync(const fs::path& name) const {
+    if (::fsync(fd_) != 0) throw_errno("fsync failed", name);
+  }
+
+  void close() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Writes every byte of every buffer, in as few system calls as the kernel allows.
+inline void write_all(const File& f, std::vector<iovec> iov, const fs::path& name) {
+  std::size_t first = 0;
+  while (first < iov.size()) {
+    const int count = static_cast<int>(std::min<std::size_t>(iov.size() - first, IOV_MAX));
+    const ssize_t n = ::writev(f.fd(), iov.data() + first, count);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("write failed", name);
+    }
+    auto left = static_cast<std::size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (left > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+    while (first < iov.size() && iov[first].iov_len == 0) ++first;
+  }
+}
+
+inline void write_all(const File& f, std::span<const std::byte> bytes, const fs::path& name) {
+  write_all(f, {iovec{const_cast<std::byte*>(bytes.data()), bytes.size()}}, name);
+}
+
+// Reads exactly dst.size() bytes at offset; a short file is an error, not a short read.
+inline void pread_exact(const File& f, std::span<std::byte> dst, std::uint64_t offset, const fs::path& name) {
+  std::size_t done = 0;
+  while (done < dst.size()) {
+    const std::size_t want = std::min<std::size_t>(dst.size() - done, std::size_t{1} << 30);
+    const ssize_t n = ::pread(f.fd(), dst.data() + done, want, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("read failed", name);
+    }
+    if (n == 0) throw CorruptCheckpointError(name.string(), "", "file is shorter than the manifest says (truncated?)");
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// Reads a whole small file, refusing one larger than max_bytes.
+inline std::vector<std::byte> read_file(const fs::path& p, std::uint64_t max_bytes) {
+  File f = File::open_read(p);
+  const std::uint64_t size = f.size(p);
+  if (size > max_bytes)
+    throw CorruptCheckpointError(p.string(), "", "file is " + std::to_string(size) + " bytes, more than the " +
+                                                     std::to_string(max_bytes) + " allowed");
+  std::vector<std::byte> buf(static_cast<std::size_t>(size));
+  pread_exact(f, buf, 0, p);
+  return buf;
+}
+
+inline void write_file_synced(const fs::path& p, std::span<const std::byte> bytes) {
+  File f = File::create(p);
+  write_all(f, bytes, p);
+  f.sync(p);
+}
+
+inline void sync_dir(const fs::path& dir) { File::open_dir(dir).sync(dir); }
+
+}  // namespace ckpt::io

@@ -1,0 +1,114 @@
+// ckpt/leaf/codec.hpp — how one C++ value becomes (dtype, shape, bytes) and back.
+//
+// A type U is a leaf when leaf_codec<U> is specialized. A codec provides:
+//   static constexpr ckpt::dtype type;   // the element type it stores (for the schema)
+//   static constexpr int rank;           // number of dimensions, or -1 when only known at run time
+//   static LeafBytes save(const U&);     // borrows U's memory when it can; owns a copy only when U has
+//                                        // no contiguous bytes (std::string is borrowed, an engine's text owned)
+//   static void restore(U&, const LeafSource&);  // checks dtype/shape, sizes U, reads straight into it
+// The codecs for the standard types live beside this header; a user type becomes a
+// leaf by specializing leaf_codec for it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <ckpt/error.hpp>
+#include <ckpt/leaf/dtype.hpp>
+
+namespace ckpt {
+
+using Shape = std::vector<std::int64_t>;
+
+inline std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// Number of elements, or -1 when a dimension is negative or the product overflows 2^62.
+inline std::int64_t element_count(const Shape& s) {
+  std::int64_t n = 1;
+  for (std::int64_t d : s) {
+    if (d < 0) return -1;
+    if (d != 0 && n > (std::int64_t{1} << 62) / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+// The save side of one leaf. `view` points at the value's own memory, or at `storage`
+// when the value had to be turned into bytes.
+struct LeafBytes {
+  dtype type = dtype::none;
+  Shape shape;
+  std::span<const std::byte> view;
+  std::vector<std::byte> storage;
+
+  static LeafBytes borrow(dtype t, Shape s, const void* data, std::size_t size) {
+    LeafBytes b;
+    b.type = t;
+    b.shape = std::move(s);
+    b.view = {static_cast<const std::byte*>(data), size};
+    return b;
+  }
+  static LeafBytes own(dtype t, Shape s, std::vector<std::byte> bytes) {
+    LeafBytes b;
+    b.type = t;
+    b.shape = std::move(s);
+    b.storage = std::move(bytes);
+    b.view = b.storage;
+    return b;
+  }
+  // Makes the leaf independent of the value it was taken from (for async saves).
+  void make_owned() {
+    if (storage.empty() || view.data() != storage.data()) storage.assign(view.begin(), view.end());
+    view = storage;
+  }
+};
+
+// The restore side of one leaf: what the checkpoint holds and a way to read it.
+class LeafSource {
+ public:
+  virtual ~LeafSource() = default;
+  virtual dtype type() const = 0;
+  virtual const Shape& shape() const = 0;
+  virtual std::uint64_t byte_length() const = 0;
+  // Reads exactly byte_length() bytes into dst (dst.size() must equal it), verifying the checksum.
+  virtual void read_into(std::span<std::byte> dst) const = 0;
+  virtual const std::string& checkpoint() const = 0;
+  virtual std::string path() const = 0;
+  // restore_into compares the shapes of non-empty dynamic arrays; restore<T> does not.
+  virtual bool check_dynamic_shapes() const = 0;
+
+  std::vector<std::byte> read_all() const {
+    std::vector<std::byte> v(static_cast<std::size_t>(byte_length()));
+    read_into(v);
+    return v;
+  }
+
+  [[noreturn]] void fail_dtype(dtype target) const {
+    throw DtypeMismatchError(checkpoint(), path(),
+                             "dtype " + std::string(dtype_name(type())) + " in checkpoint, " +
+                                 std::string(dtype_name(target)) + " in target");
+  }
+  [[noreturn]] void fail_shape(const Shape& target, const char* what = "shape") const {
+    throw ShapeMismatchError(checkpoint(), path(),
+                             std::string(what) + " " + shape_str(shape()) + " in checkpoint, " +
+                                 shape_str(target) + " in target");
+  }
+  void expect_dtype(dtype target) const {
+    if (type() != target) fail_dtype(target);
+  }
+};
+
+template <class U>
+struct leaf_codec;  // specialized for every leaf type
+
+template <class U>
+concept leaf = requires { leaf_codec<U>::rank; };
+
+}  // namespace ckpt

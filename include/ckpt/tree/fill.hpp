@@ -1,0 +1,148 @@
+// ckpt/tree/fill.hpp — fill a value from an Index (the restore direction of walk).
+//
+// The target's type drives the traversal: each leaf it has is looked up by path,
+// checked and read straight into it. Leaves the checkpoint has and the target lacks
+// are ignored (a partial target); leaves the target has and the checkpoint lacks are
+// collected and reported together. Vectors and maps take their size and keys from
+// the checkpoint.
+#pragma once
+
+#include <charconv>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ckpt/index.hpp>
+#include <ckpt/tree/node.hpp>
+#include <ckpt/tree/path.hpp>
+
+namespace ckpt {
+
+namespace detail {
+
+// One entry of an Index, seen by a leaf codec.
+class IndexLeafSource final : public LeafSource {
+ public:
+  IndexLeafSource(const Index& index, const IndexEntry& e, bool check_dynamic, bool verify)
+      : index_(index), e_(e), check_dynamic_(check_dynamic), verify_(verify) {}
+  dtype type() const override { return e_.type; }
+  const Shape& shape() const override { return e_.shape; }
+  std::uint64_t byte_length() const override { return e_.length; }
+  void read_into(std::span<std::byte> dst) const override { index_.read(e_, dst, verify_); }
+  const std::string& checkpoint() const override { return index_.checkpoint(); }
+  std::string path() const override { return e_.path.str(); }
+  bool check_dynamic_shapes() const override { return check_dynamic_; }
+
+ private:
+  const Index& index_;
+  const IndexEntry& e_;
+  bool check_dynamic_, verify_;
+};
+
+}  // namespace detail
+
+struct FillContext {
+  const Index& index;
+  bool check_dynamic_shapes = false;
+  bool verify_checksums = true;
+  bool allow_missing = false;
+  std::vector<std::string> missing;
+
+  void report_missing(const Path& p) {
+    if (!allow_missing) missing.push_back(p.str());
+  }
+  bool is_empty_node(const Path& p) const {
+    const IndexEntry* e = index.find(p);
+    return e && e->type == dtype::none;
+  }
+  [[noreturn]] void fail(const Path& p, const std::string& what) const { throw Error(index.checkpoint(), p.str(), what); }
+};
+
+namespace detail {
+// "0", "1", ... "n-1" exactly, or an error: a vector's size comes from the checkpoint
+// and must not be taken from a hostile index like "999999999".
+inline std::size_t sequence_length(const std::vector<std::string>& children, const Path& p, const FillContext& ctx) {
+  std::vector<bool> seen(children.size(), false);
+  for (const auto& c : children) {
+    std::size_t i = 0;
+    auto [ptr, ec] = std::from_chars(c.data(), c.data() + c.size(), i);
+    if (ec != std::errc() || ptr != c.data() + c.size() || i >= children.size() || seen[i] ||
+        (c.size() > 1 && c[0] == '0'))
+      ctx.fail(p, "list items are not numbered 0.." + std::to_string(children.size() - 1) + " (found \"" + c + "\")");
+    seen[i] = true;
+  }
+  return children.size();
+}
+}  // namespace detail
+
+template <class T>
+void fill(T& value, Path& path, FillContext& ctx) {
+  constexpr node::kind k = node::kind_v<T>;
+  node::require_node<T>();
+  if constexpr (k == node::kind::leaf) {
+    if (const IndexEntry* e = ctx.index.find(path)) {
+      detail::IndexLeafSource src(ctx.index, *e, ctx.check_dynamic_shapes, ctx.verify_checksums);
+      leaf_codec<T>::restore(value, src);
+    } else if (ctx.index.has_subtree(path)) {
+      ctx.fail(path, "an inner node in the checkpoint, a leaf in the target");
+    } else {
+      ctx.report_missing(path);
+    }
+  } else if constexpr (k == node::kind::optional) {
+    if (ctx.is_empty_node(path)) {
+      value.reset();
+    } else if (ctx.index.has_subtree(path)) {
+      if (!value) value.emplace();
+      fill(*value, path, ctx);
+    } else {
+      ctx.report_missing(path);
+    }
+  } else if constexpr (k == node::kind::tuple) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((path.push(std::to_string(I)), fill(std::get<I>(value), path, ctx), path.pop()), ...);
+    }(std::make_index_sequence<std::tuple_size_v<T>>{});
+  } else if constexpr (k == node::kind::sequence) {
+    const bool empty_node = ctx.is_empty_node(path);
+    const std::vector<std::string> children = empty_node ? std::vector<std::string>{} : ctx.index.children(path);
+    if (!empty_node && children.empty()) {
+      if (ctx.index.find(path)) ctx.fail(path, "a leaf in the checkpoint, a list in the target");
+      return ctx.report_missing(path);
+    }
+    const std::size_t n = detail::sequence_length(children, path, ctx);
+    if constexpr (node::sequence_traits<T>::resizable) {
+      value.resize(n);
+    } else if (n != value.size()) {
+      throw ShapeMismatchError(ctx.index.checkpoint(), path.str(),
+                               std::to_string(n) + " items in checkpoint, " + std::to_string(value.size()) +
+                                   " in target");
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      path.push(std::to_string(i));
+      fill(value[i], path, ctx);
+      path.pop();
+    }
+  } else if constexpr (k == node::kind::map) {
+    const bool empty_node = ctx.is_empty_node(path);
+    const std::vector<std::string> keys = empty_node ? std::vector<std::string>{} : ctx.index.children(path);
+    if (!empty_node && keys.empty()) {
+      if (ctx.index.find(path)) ctx.fail(path, "a leaf in the checkpoint, a map in the target");
+      return ctx.report_missing(path);
+    }
+    const std::set<std::string> in_checkpoint(keys.begin(), keys.end());
+    for (auto it = value.begin(); it != value.end();)  // the checkpoint's keys are the map's keys
+      it = in_checkpoint.count(it->first) ? std::next(it) : value.erase(it);
+    for (const auto& key : keys) {
+      path.push(key);
+      fill(value[key], path, ctx);
+      path.pop();
+    }
+  } else if constexpr (k == node::kind::structure) {
+    reflect::for_each_field(value, [&](std::string_view name, auto& field) {
+      path.push(std::string(name));
+      fill(field, path, ctx);
+      path.pop();
+    });
+  }
+}
+
+}  // namespace ckpt
