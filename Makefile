@@ -6,7 +6,7 @@
 #   make tsan       ThreadSanitizer build and tests (build-tsan/)
 #   make clang      clang++ build and tests against the single header (build-clang/)
 #   make single-include / check-single-include
-#   make meson-test meson build and tests (build-meson/)
+#   make meson-test meson build and tests ($(MESON_BUILD_DIR)/)
 #   make clean      remove all build directories
 
 SHELL := /bin/bash
@@ -15,6 +15,12 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 GENERATOR ?= Ninja
+# build directories (override e.g. to keep a second build beside your own)
+BUILD_DIR ?= build
+ASAN_BUILD_DIR ?= build-asan
+TSAN_BUILD_DIR ?= build-tsan
+CLANG_BUILD_DIR ?= build-clang
+MESON_BUILD_DIR ?= $(MESON_BUILD_DIR)
 , := ,
 
 # configure (always: cheap, and picks up new options) then build
@@ -38,31 +44,31 @@ deps:
 	@tools/install-deps.sh
 
 build: deps
-	$(call cmake_build,build,)
+	$(call cmake_build,$(BUILD_DIR),)
 
 test: build
-	$(call ctest_run,build)
+	$(call ctest_run,$(BUILD_DIR))
 
-DEMO_DIR := build/demo-run
+DEMO_DIR := $(BUILD_DIR)/demo-run
 demo: build
 	rm -rf $(DEMO_DIR)
 	@echo "=== first run: starts from scratch ==="
-	build/examples/train_and_resume $(DEMO_DIR)
+	$(BUILD_DIR)/examples/train_and_resume $(DEMO_DIR)
 	@echo "=== second run: resumes from the checkpoints in $(DEMO_DIR) ==="
-	build/examples/train_and_resume $(DEMO_DIR)
+	$(BUILD_DIR)/examples/train_and_resume $(DEMO_DIR)
 
 # Consumer projects do not build with sanitizers, so they are left out here.
 sanitize: deps
-	$(call cmake_build,build-asan,-DCKPT_SANITIZE=address$(,)undefined -DCKPT_CONSUMER_TESTS=OFF)
-	$(call ctest_run,build-asan)
+	$(call cmake_build,$(ASAN_BUILD_DIR),-DCKPT_SANITIZE=address$(,)undefined -DCKPT_CONSUMER_TESTS=OFF)
+	$(call ctest_run,$(ASAN_BUILD_DIR))
 
 tsan: deps
-	$(call cmake_build,build-tsan,-DCKPT_SANITIZE=thread -DCKPT_CONSUMER_TESTS=OFF)
-	$(call ctest_run,build-tsan)
+	$(call cmake_build,$(TSAN_BUILD_DIR),-DCKPT_SANITIZE=thread -DCKPT_CONSUMER_TESTS=OFF)
+	$(call ctest_run,$(TSAN_BUILD_DIR))
 
 clang: deps
-	$(call cmake_build,build-clang,-DCMAKE_CXX_COMPILER=clang++ -DCKPT_USE_SINGLE_INCLUDE=ON)
-	$(call ctest_run,build-clang)
+	$(call cmake_build,$(CLANG_BUILD_DIR),-DCMAKE_CXX_COMPILER=clang++ -DCKPT_USE_SINGLE_INCLUDE=ON)
+	$(call ctest_run,$(CLANG_BUILD_DIR))
 
 single-include:
 	$(PYTHON) tools/amalgamate.py -o single_include/ckpt/ckpt.hpp
@@ -78,15 +84,15 @@ check-single-include:
 
 meson: deps
 	@# reconfigure each time: meson only sees new tests/test_*.cpp at setup
-	if [ -f build-meson/build.ninja ]; then meson setup --reconfigure build-meson; \
-	else meson setup build-meson; fi
-	meson compile -C build-meson -j $(JOBS)
+	if [ -f $(MESON_BUILD_DIR)/build.ninja ]; then meson setup --reconfigure $(MESON_BUILD_DIR); \
+	else meson setup $(MESON_BUILD_DIR); fi
+	meson compile -C $(MESON_BUILD_DIR) -j $(JOBS)
 
 meson-test: meson
-	meson test -C build-meson --print-errorlogs --num-processes $(JOBS)
+	meson test -C $(MESON_BUILD_DIR) --print-errorlogs --num-processes $(JOBS)
 
 clean:
-	rm -rf build build-asan build-tsan build-clang build-meson
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(CLANG_BUILD_DIR) $(MESON_BUILD_DIR)
 
 # also drops the unpacked Boost / msgpack headers
 distclean: clean
