@@ -1,7 +1,8 @@
 // ckpt/detail/field_names.hpp — the names of an aggregate's fields, read at compile time.
 //
 // Boost 1.81's PFR has no get_name, so ckpt carries the technique of later PFR:
-// take the address of field I of a never-defined extern object, pass it as a
+// take the address of field I of an object that is never used at run time (an
+// undefined extern on clang, an inactive union member on GCC), pass it as a
 // template argument, and read the field's name back out of __PRETTY_FUNCTION__.
 // The pointer is wrapped in a one-member struct because clang 14-16 reject raw
 // pointers to subobjects as template arguments. Where the name sits inside the
@@ -13,10 +14,52 @@
 #include <string_view>
 #include <utility>
 
+#include <type_traits>
+
 #include <boost/pfr/core.hpp>
-#include <boost/pfr/tuple_size.hpp>
 
 namespace ckpt::detail {
+
+// ---- field count and access ---------------------------------------------------
+// GCC 12 crashes (internal compiler error) inside boost::pfr::tuple_size and
+// boost::pfr::get for aggregates with a std::array-of-class member, so ckpt counts
+// fields itself: the largest N for which T{f1, ..., fN} compiles, where each fi
+// converts to any field type but T (so T's copy constructor never counts). Access
+// uses PFR's structured-binding tie with that count.
+template <class T>
+struct any_field {
+  template <class U>
+    requires(!std::is_same_v<std::remove_cvref_t<U>, T>)
+  operator U&() const;
+  template <class U>
+    requires(!std::is_same_v<std::remove_cvref_t<U>, T>)
+  operator U&&() const;
+};
+
+template <class T, std::size_t... I>
+constexpr bool brace_initializable_with(std::index_sequence<I...>) {
+  return requires { T{(void(I), any_field<T>{})...}; };
+}
+
+template <class T, std::size_t N = 0>
+consteval std::size_t count_aggregate_fields() {
+  if constexpr (N > 100 || !brace_initializable_with<T>(std::make_index_sequence<N + 1>{}))
+    return N;
+  else
+    return count_aggregate_fields<T, N + 1>();
+}
+
+template <class T>
+inline constexpr std::size_t aggregate_field_count = count_aggregate_fields<std::remove_cv_t<T>>();
+
+// Field I of an aggregate (const-ness follows obj).
+template <std::size_t I, class Obj>
+constexpr auto& aggregate_field(Obj& obj) {
+  return boost::pfr::detail::sequence_tuple::get<I>(boost::pfr::detail::tie_as_tuple(
+      obj, boost::pfr::detail::size_t_<aggregate_field_count<Obj>>{}));
+}
+
+// ---- field names ----------------------------------------------------------------
 
 template <class T>
 struct field_address {
@@ -25,9 +68,26 @@ struct field_address {
 template <class T>
 field_address(const T*) -> field_address<T>;
 
+#if defined(__clang__)
 // Never defined: only the addresses of its members are used, at compile time.
+// (clang 14 accepts this for local types too, and rejects the union below.)
 template <class T>
 extern const T never_defined_object;
+#define CKPT_DETAIL_FAKE_OBJECT(T) never_defined_object<T>
+#else
+// A constexpr object whose T member is never active: its members' addresses are
+// constants even for local types, which GCC refuses to declare extern.
+template <class T>
+union fake_storage {
+  char unused;
+  T value;
+  constexpr fake_storage() : unused() {}
+  constexpr ~fake_storage() {}
+};
+template <class T>
+inline constexpr fake_storage<T> fake_object{};
+#define CKPT_DETAIL_FAKE_OBJECT(T) fake_object<T>.value
+#endif
 
 template <auto Address>
 consteval std::string_view pretty_function_of() {
@@ -40,11 +100,12 @@ consteval std::string_view pretty_function_of() {
 #endif
 template <class T, std::size_t I>
 consteval std::string_view raw_field_signature() {
-  return pretty_function_of<field_address{&boost::pfr::get<I>(never_defined_object<T>)}>();
+  return pretty_function_of<field_address{&aggregate_field<I>(CKPT_DETAIL_FAKE_OBJECT(T))}>();
 }
 #if defined(__clang__)
 #pragma clang diagnostic pop
 #endif
+#undef CKPT_DETAIL_FAKE_OBJECT
 
 struct field_name_probe {
   int ckpt_probe_field_name;
@@ -78,7 +139,7 @@ consteval auto field_names_of(std::index_sequence<I...>) {
 // The names of T's fields, in declaration order.
 template <class T>
 inline constexpr auto aggregate_field_names =
-    field_names_of<T>(std::make_index_sequence<boost::pfr::tuple_size_v<T>>{});
+    field_names_of<T>(std::make_index_sequence<aggregate_field_count<T>>{});
 
 struct field_name_probe2 {
   double alpha;

@@ -45,7 +45,8 @@ struct leaf_codec<xt::xarray_container<EC, L, SC, Tag>>
   using C = xt::xarray_container<EC, L, SC, Tag>;
   static void restore(C& c, const LeafSource& src) {
     const std::size_t n = detail::check_array_leaf(src, leaf_codec::type, -1);
-    detail::check_dynamic_shape(src, detail::xt_shape(c), c.size());
+    // A default-constructed xarray is 0-d with one element: it counts as unshaped.
+    detail::check_dynamic_shape(src, detail::xt_shape(c), c.dimension() == 0 ? 0 : c.size());
     typename C::shape_type shape(src.shape().begin(), src.shape().end());
     c.resize(shape);
     detail::read_elements(src, c.data(), n);

@@ -10,7 +10,8 @@
 //       };
 //     (found by argument-dependent lookup: declare it in the type's namespace);
 //  2. Boost.Hana: BOOST_HANA_DEFINE_STRUCT or BOOST_HANA_ADAPT_STRUCT;
-//  3. plain aggregates, through Boost.PFR, with field names read at compile time.
+//  3. plain aggregates, through Boost.PFR's structured-binding access, with field
+//     names read at compile time (detail/field_names.hpp).
 #pragma once
 
 #include <cstddef>
@@ -26,8 +27,6 @@
 #include <boost/hana/second.hpp>
 #include <boost/hana/string.hpp>
 #include <boost/hana/at.hpp>
-#include <boost/pfr/core.hpp>
-#include <boost/pfr/tuple_size.hpp>
 
 #include <ckpt/detail/field_names.hpp>
 
@@ -76,7 +75,7 @@ consteval std::size_t field_count() {
   else if constexpr (hana_struct<T>)
     return decltype(boost::hana::length(boost::hana::accessors<T>()))::value;
   else
-    return boost::pfr::tuple_size_v<T>;
+    return detail::aggregate_field_count<T>;
 }
 
 template <reflectable T, std::size_t I>
@@ -101,7 +100,7 @@ constexpr auto& get_field(Obj& obj) {
   } else if constexpr (hana_struct<T>) {
     return boost::hana::second(boost::hana::at_c<I>(boost::hana::accessors<T>()))(obj);
   } else {
-    return boost::pfr::get<I>(obj);
+    return detail::aggregate_field<I>(obj);
   }
 }
 

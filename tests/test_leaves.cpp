@@ -1,0 +1,288 @@
+// Every leaf type round-trips with numpy's dtype names, and the inner nodes
+// (tuples, vectors of structs, maps, optionals) keep their structure.
+#include "support.hpp"
+
+#include <limits>
+#include <random>
+#include <unordered_map>
+
+namespace leaves_test {
+
+enum class Color : std::uint8_t { red = 1, green = 2 };
+enum Plain : int { one = 1, two = 2 };
+
+struct Scalars {
+  bool b = false;
+  std::int8_t i8 = 0;
+  std::int16_t i16 = 0;
+  std::int32_t i32 = 0;
+  std::int64_t i64 = 0;
+  std::uint8_t u8 = 0;
+  std::uint16_t u16 = 0;
+  std::uint32_t u32 = 0;
+  std::uint64_t u64 = 0;
+  float f32 = 0;
+  double f64 = 0;
+  Color color = Color::red;
+  Plain plain = one;
+  std::complex<float> c64;
+  std::complex<double> c128;
+  ckpt::bfloat16 bf16;
+  ckpt::float16 f16;
+  std::string text;
+};
+
+struct Arrays {
+  std::vector<float> vf;
+  std::vector<bool> vb;
+  std::vector<std::complex<double>> vc;
+  std::array<std::int16_t, 4> ai{};
+  xt::xarray<double> xa;
+  xt::xtensor<std::int32_t, 3> xt3;
+  xt::xtensor_fixed<float, xt::xshape<2, 3>> xf;
+  xt::xtensor<ckpt::bfloat16, 1> xbf;
+  xt::xarray<bool> xbool;
+};
+
+struct Engines {
+  std::mt19937 mt;
+  std::mt19937_64 mt64;
+  std::minstd_rand lcg;
+  std::ranlux24 ranlux;
+  std::knuth_b knuth;
+  std::independent_bits_engine<std::mt19937, 16, std::uint32_t> bits;
+};
+
+struct Item {
+  std::string name;
+  xt::xtensor<float, 1> w;
+};
+
+struct Nodes {
+  std::tuple<int, std::string, std::vector<float>> tup;
+  std::pair<double, std::int64_t> pr;
+  std::vector<Item> items;
+  std::array<Item, 2> fixed_items;
+  std::map<std::string, xt::xarray<float>> named;
+  std::unordered_map<std::string, int> counts;
+  std::optional<float> some;
+  std::optional<float> nothing;
+  std::optional<Item> some_item;
+  std::vector<std::string> words;
+  std::vector<Item> empty_items;
+  std::map<std::string, int> empty_map;
+};
+
+}  // namespace leaves_test
+
+using namespace leaves_test;
+
+TEST_CASE("scalars of every dtype round-trip, with numpy's dtype names") {
+  test::TempDir tmp;
+  Scalars s;
+  s.b = true;
+  s.i8 = -128;
+  s.i16 = -32768;
+  s.i32 = std::numeric_limits<std::int32_t>::min();
+  s.i64 = std::numeric_limits<std::int64_t>::max();
+  s.u8 = 255;
+  s.u16 = 65535;
+  s.u32 = 4000000000u;
+  s.u64 = std::numeric_limits<std::uint64_t>::max();
+  s.f32 = -1.25e-30f;
+  s.f64 = std::numeric_limits<double>::denorm_min();
+  s.color = Color::green;
+  s.plain = two;
+  s.c64 = {1.5f, -2.5f};
+  s.c128 = {1e300, -1e-300};
+  s.bf16 = 3.140625f;
+  s.f16 = 65504.0f;
+  s.text = std::string("h\xc3\xa9llo\0world", 12);
+  ckpt::save(tmp / "c", s);
+  const auto r = ckpt::restore<Scalars>(tmp / "c");
+  CHECK(r.b == s.b);
+  CHECK(r.i8 == s.i8);
+  CHECK(r.i16 == s.i16);
+  CHECK(r.i32 == s.i32);
+  CHECK(r.i64 == s.i64);
+  CHECK(r.u8 == s.u8);
+  CHECK(r.u16 == s.u16);
+  CHECK(r.u32 == s.u32);
+  CHECK(r.u64 == s.u64);
+  CHECK(r.f32 == s.f32);
+  CHECK(r.f64 == s.f64);
+  CHECK(r.color == Color::green);
+  CHECK(r.plain == two);
+  CHECK(r.c64 == s.c64);
+  CHECK(r.c128 == s.c128);
+  CHECK(r.bf16.bits == s.bf16.bits);
+  CHECK(r.f16.bits == s.f16.bits);
+  CHECK(r.text == s.text);
+
+  const auto md = ckpt::metadata(tmp / "c");
+  const std::vector<std::pair<std::string, std::string>> dtypes = {
+      {"b", "bool"},       {"i8", "int8"},       {"i16", "int16"},         {"i32", "int32"},
+      {"i64", "int64"},    {"u8", "uint8"},      {"u16", "uint16"},        {"u32", "uint32"},
+      {"u64", "uint64"},   {"f32", "float32"},   {"f64", "float64"},       {"color", "uint8"},
+      {"plain", "int32"},  {"c64", "complex64"}, {"c128", "complex128"},   {"bf16", "bfloat16"},
+      {"f16", "float16"},  {"text", "string"}};
+  for (const auto& [path, name] : dtypes) {
+    CAPTURE(path);
+    CHECK(ckpt::dtype_name(md.leaf(path).dtype()) == name);
+    CHECK(md.leaf(path).shape().empty());
+  }
+}
+
+TEST_CASE("bfloat16 and float16 convert with round-to-nearest-even") {
+  CHECK(float(ckpt::bfloat16(1.0f)) == 1.0f);
+  CHECK(ckpt::bfloat16(1.0f).bits == 0x3f80);
+  CHECK(ckpt::bfloat16(1.00390625f).bits == 0x3f80);  // halfway, rounds to even
+  CHECK(ckpt::bfloat16(1.01171875f).bits == 0x3f82);  // halfway, rounds to even (up)
+  CHECK(ckpt::float16(1.0f).bits == 0x3c00);
+  CHECK(ckpt::float16(-2.0f).bits == 0xc000);
+  CHECK(ckpt::float16(65504.0f).bits == 0x7bff);
+  CHECK(ckpt::float16(1e6f).bits == 0x7c00);                    // overflow to inf
+  CHECK(float(ckpt::float16::from_bits(0x0001)) == std::ldexp(1.0f, -24));  // smallest subnormal
+  CHECK(ckpt::float16(std::ldexp(1.0f, -24)).bits == 0x0001);
+  CHECK(std::isnan(float(ckpt::float16(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(std::isnan(float(ckpt::bfloat16(std::numeric_limits<float>::quiet_NaN()))));
+  // Every half value survives float and back.
+  for (unsigned b = 0; b < 0x10000; ++b) {
+    const auto h = ckpt::float16::from_bits(static_cast<std::uint16_t>(b));
+    if (std::isnan(float(h))) continue;
+    REQUIRE(ckpt::float16(float(h)).bits == b);
+  }
+}
+
+TEST_CASE("arrays keep dtype, shape and every element") {
+  test::TempDir tmp;
+  Arrays a;
+  a.vf = {1, 2, 3, 4.5f};
+  a.vb = {true, false, true, true, false};
+  a.vc = {{1, 2}, {3, 4}};
+  a.ai = {1, -2, 3, -4};
+  a.xa = xt::arange<double>(24).reshape({2, 3, 4});
+  a.xt3 = xt::arange<std::int32_t>(60).reshape({3, 4, 5});
+  a.xf = {{1, 2, 3}, {4, 5, 6}};
+  a.xbf = xt::xtensor<ckpt::bfloat16, 1>::from_shape({3});
+  a.xbf(0) = 1.0f;
+  a.xbf(1) = -0.5f;
+  a.xbf(2) = 256.0f;
+  a.xbool = xt::xarray<bool>({{true, false}, {false, true}});
+  ckpt::save(tmp / "c", a);
+  const auto r = ckpt::restore<Arrays>(tmp / "c");
+  CHECK(r.vf == a.vf);
+  CHECK(r.vb == a.vb);
+  CHECK(r.vc == a.vc);
+  CHECK(r.ai == a.ai);
+  CHECK(r.xa == a.xa);
+  CHECK(r.xa.dimension() == 3);
+  CHECK(r.xt3 == a.xt3);
+  CHECK(r.xf == a.xf);
+  REQUIRE(r.xbf.size() == 3);
+  CHECK(float(r.xbf(2)) == 256.0f);
+  CHECK(r.xbool == a.xbool);
+
+  const auto md = ckpt::metadata(tmp / "c");
+  CHECK(md.leaf("xa").shape() == ckpt::Shape{2, 3, 4});
+  CHECK(md.leaf("xt3").shape() == ckpt::Shape{3, 4, 5});
+  CHECK(md.leaf("xf").shape() == ckpt::Shape{2, 3});
+  CHECK(ckpt::dtype_name(md.leaf("vc").dtype()) == "complex128");
+  CHECK(ckpt::dtype_name(md.leaf("xbf").dtype()) == "bfloat16");
+  CHECK(ckpt::dtype_name(md.leaf("vb").dtype()) == "bool");
+}
+
+TEST_CASE("std::span saves the memory it views and restores into it") {
+  test::TempDir tmp;
+  std::vector<float> storage = {1, 2, 3};
+  struct Viewed {
+    std::span<float> view;
+  };
+  ckpt::save(tmp / "c", Viewed{std::span<float>(storage)});
+  std::vector<float> other(3, 0.0f);
+  Viewed into{std::span<float>(other)};
+  ckpt::restore_into(tmp / "c", into);
+  CHECK(other == storage);
+  std::vector<float> wrong(2, 0.0f);
+  Viewed too_small{std::span<float>(wrong)};
+  CHECK_THROWS_AS(ckpt::restore_into(tmp / "c", too_small), ckpt::ShapeMismatchError);
+}
+
+TEST_CASE("random engines continue the same sequence after a restore") {
+  test::TempDir tmp;
+  Engines e;
+  e.mt.seed(1);
+  e.mt64.seed(2);
+  e.lcg.seed(3);
+  e.ranlux.seed(4);
+  e.knuth.seed(5);
+  e.bits.seed(6);
+  for (int i = 0; i < 1000; ++i) {  // move every engine away from its seeded state
+    e.mt(); e.mt64(); e.lcg(); e.ranlux(); e.knuth(); e.bits();
+  }
+  ckpt::save(tmp / "c", e);
+  auto r = ckpt::restore<Engines>(tmp / "c");
+  for (int i = 0; i < 100; ++i) {
+    REQUIRE(r.mt() == e.mt());
+    REQUIRE(r.mt64() == e.mt64());
+    REQUIRE(r.lcg() == e.lcg());
+    REQUIRE(r.ranlux() == e.ranlux());
+    REQUIRE(r.knuth() == e.knuth());
+    REQUIRE(r.bits() == e.bits());
+  }
+  CHECK(ckpt::dtype_name(ckpt::metadata(tmp / "c").leaf("mt64").dtype()) == "string");
+}
+
+TEST_CASE("inner nodes: tuples, pairs, vectors and arrays of structs, maps, optionals") {
+  test::TempDir tmp;
+  Nodes n;
+  n.tup = {5, "five", {5, 5}};
+  n.pr = {2.5, -9};
+  n.items = {{"a", {1, 2}}, {"b", {3}}, {"c", {}}};
+  n.fixed_items[1].name = "second";
+  n.named["x"] = xt::xarray<float>({1.0f, 2.0f});
+  n.named["y.z"] = xt::xarray<float>{{3.0f, 4.0f}};
+  n.counts = {{"k1", 1}, {"k2", 2}, {"k3", 3}};
+  n.some = 1.5f;
+  n.some_item = Item{"opt", {9}};
+  n.words = {"alpha", "", "gamma"};
+  ckpt::save(tmp / "c", n);
+
+  Nodes target;  // non-empty where the checkpoint is empty, to see them cleared
+  target.nothing = 4.0f;
+  target.empty_items.resize(3);
+  target.empty_map["stale"] = 1;
+  target.named["stale"] = xt::xarray<float>({7.0f});
+  ckpt::restore_into(tmp / "c", target);
+  CHECK(target.tup == n.tup);
+  CHECK(target.pr == n.pr);
+  REQUIRE(target.items.size() == 3);
+  CHECK(target.items[1].name == "b");
+  CHECK(target.items[1].w == n.items[1].w);
+  CHECK(target.items[2].w.size() == 0);
+  CHECK(target.fixed_items[1].name == "second");
+  CHECK(target.named.size() == 2);
+  CHECK(target.named.count("stale") == 0);
+  CHECK(target.named["y.z"] == n.named["y.z"]);
+  CHECK(target.counts == n.counts);
+  CHECK(target.some == 1.5f);
+  CHECK(!target.nothing.has_value());
+  REQUIRE(target.some_item.has_value());
+  CHECK(target.some_item->name == "opt");
+  CHECK(target.words == n.words);
+  CHECK(target.empty_items.empty());
+  CHECK(target.empty_map.empty());
+
+  const auto md = ckpt::metadata(tmp / "c");
+  CHECK(md.contains("items.2.w"));
+  CHECK(md.contains("named.y\\.z"));
+  CHECK(ckpt::dtype_name(md.leaf("nothing").dtype()) == "none");
+}
+
+TEST_CASE("a whole value can be a single leaf") {
+  test::TempDir tmp;
+  xt::xtensor<double, 2> w = {{1, 2}, {3, 4}};
+  ckpt::save(tmp / "c", w);
+  CHECK(ckpt::restore<xt::xtensor<double, 2>>(tmp / "c") == w);
+  CHECK(ckpt::metadata(tmp / "c").paths() == std::vector<std::string>{""});
+}
