@@ -17,7 +17,7 @@ struct SaveOptions {
 
 struct RestoreOptions {
   // Restore the checkpoint's subtree at this dotted path into the target ("" is the root).
-  std::string subtree;
+  std::string subtree{};
   // Keep the target's value for leaves the checkpoint lacks instead of throwing MissingLeafError.
   bool allow_missing = false;
   // Verify every leaf's xxh3 checksum (costs one pass over the bytes at memory speed).

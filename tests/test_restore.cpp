@@ -1,0 +1,234 @@
+// The restore API: restore<T>, restore_into, subtrees, partial targets, missing
+// leaves, shape and dtype checks, restore_tree and metadata.
+#include "support.hpp"
+
+namespace restore_test {
+
+struct Dense {
+  xt::xtensor<float, 2> kernel;
+  xt::xtensor<float, 1> bias;
+};
+struct Params {
+  Dense encoder, decoder;
+};
+struct Adam {
+  Params mu, nu;
+  std::int64_t count = 0;
+};
+struct TrainState {
+  std::int64_t step = 0;
+  Params params;
+  Adam opt;
+  std::mt19937_64 rng;
+  std::map<std::string, float> config;
+};
+
+// An older version of the state, with fewer fields: a partial target.
+struct StepOnly {
+  std::int64_t step = 0;
+};
+// A newer version with a field the checkpoint lacks.
+struct WithExtra {
+  std::int64_t step = 0;
+  std::vector<float> extra = {9, 9};
+  double other = 1.5;
+};
+struct FixedShapes {
+  xt::xtensor_fixed<float, xt::xshape<3, 2>> kernel;  // the checkpoint has [2,3]
+};
+struct WrongRank {
+  xt::xtensor<float, 3> kernel;
+};
+struct WrongDtype {
+  xt::xtensor<double, 2> kernel;
+};
+
+Dense dense(std::size_t in, std::size_t out, float base) {
+  Dense d;
+  d.kernel = xt::arange<float>(static_cast<float>(in * out)).reshape({in, out}) + base;
+  d.bias = xt::arange<float>(static_cast<float>(out)) - base;
+  return d;
+}
+
+TrainState make_state() {
+  TrainState s;
+  s.step = 1234;
+  s.params = {dense(2, 3, 0.5f), dense(3, 2, 100.0f)};
+  s.opt.mu = {dense(2, 3, 1.0f), dense(3, 2, 2.0f)};
+  s.opt.nu = {dense(2, 3, 3.0f), dense(3, 2, 4.0f)};
+  s.opt.count = 77;
+  s.rng.seed(5);
+  s.rng.discard(10);
+  s.config = {{"lr", 0.001f}, {"warmup", 100.0f}};
+  return s;
+}
+
+void check_equal(const Dense& a, const Dense& b) {
+  CHECK(a.kernel == b.kernel);
+  CHECK(a.bias == b.bias);
+}
+
+}  // namespace restore_test
+
+using namespace restore_test;
+
+TEST_CASE("restore<T> gives back every field of the saved state") {
+  test::TempDir tmp;
+  TrainState s = make_state();
+  ckpt::save(tmp / "c", s);
+  TrainState r = ckpt::restore<TrainState>(tmp / "c");
+  CHECK(r.step == 1234);
+  check_equal(r.params.encoder, s.params.encoder);
+  check_equal(r.params.decoder, s.params.decoder);
+  check_equal(r.opt.nu.decoder, s.opt.nu.decoder);
+  CHECK(r.opt.count == 77);
+  CHECK(r.rng() == s.rng());
+  CHECK(r.config == s.config);
+}
+
+TEST_CASE("restore_into reads into an existing value of the same shapes") {
+  test::TempDir tmp;
+  TrainState s = make_state();
+  ckpt::save(tmp / "c", s);
+  TrainState target = make_state();
+  target.params.encoder.kernel.fill(0.0f);
+  const float* before = target.params.encoder.kernel.data();
+  ckpt::restore_into(tmp / "c", target);
+  CHECK(target.params.encoder.kernel == s.params.encoder.kernel);
+  CHECK(target.params.encoder.kernel.data() == before);  // read in place, not reallocated
+}
+
+TEST_CASE("restore_into refuses a non-empty array of another shape, naming the path") {
+  test::TempDir tmp;
+  ckpt::save(tmp / "c", make_state());
+  TrainState target = make_state();
+  target.params.encoder.kernel = xt::zeros<float>({3, 2});
+  try {
+    ckpt::restore_into(tmp / "c", target);
+    FAIL("expected ShapeMismatchError");
+  } catch (const ckpt::ShapeMismatchError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find((tmp / "c").string()) != std::string::npos);
+    CHECK(msg.find("params.encoder.kernel") != std::string::npos);
+    CHECK(msg.find("[2,3] in checkpoint, [3,2] in target") != std::string::npos);
+    CHECK(e.path() == "params.encoder.kernel");
+  }
+}
+
+TEST_CASE("fixed-rank and fixed-shape targets check rank and shape") {
+  test::TempDir tmp;
+  struct One {
+    xt::xtensor<float, 2> kernel = xt::zeros<float>({2, 3});
+  };
+  ckpt::save(tmp / "c", One{});
+  CHECK_THROWS_AS(ckpt::restore<FixedShapes>(tmp / "c"), ckpt::ShapeMismatchError);
+  CHECK_THROWS_WITH_AS(ckpt::restore<WrongRank>(tmp / "c"), doctest::Contains("rank 2"), ckpt::ShapeMismatchError);
+  CHECK_THROWS_WITH_AS(ckpt::restore<WrongDtype>(tmp / "c"),
+                       doctest::Contains("kernel: dtype float32 in checkpoint, float64 in target"),
+                       ckpt::DtypeMismatchError);
+}
+
+TEST_CASE("a subtree restores into a type of its own") {
+  test::TempDir tmp;
+  TrainState s = make_state();
+  ckpt::save(tmp / "c", s);
+  const Params p = ckpt::restore<Params>(tmp / "c", {.subtree = "params"});
+  check_equal(p.encoder, s.params.encoder);
+  check_equal(p.decoder, s.params.decoder);
+  const Dense nu_dec = ckpt::restore<Dense>(tmp / "c", {.subtree = "opt.nu.decoder"});
+  check_equal(nu_dec, s.opt.nu.decoder);
+  CHECK(ckpt::restore<float>(tmp / "c", {.subtree = "config.lr"}) == 0.001f);
+  CHECK_THROWS_AS(ckpt::restore<Params>(tmp / "c", {.subtree = "nope"}), ckpt::MissingLeafError);
+}
+
+TEST_CASE("a target with fewer fields restores the fields it has") {
+  test::TempDir tmp;
+  ckpt::save(tmp / "c", make_state());
+  CHECK(ckpt::restore<StepOnly>(tmp / "c").step == 1234);
+}
+
+TEST_CASE("leaves the checkpoint lacks: MissingLeafError naming every one, or kept with allow_missing") {
+  test::TempDir tmp;
+  ckpt::save(tmp / "c", StepOnly{42});
+  try {
+    (void)ckpt::restore<WithExtra>(tmp / "c");
+    FAIL("expected MissingLeafError");
+  } catch (const ckpt::MissingLeafError& e) {
+    CHECK(e.missing_paths() == std::vector<std::string>{"extra", "other"});
+    const std::string msg = e.what();
+    CHECK(msg.find((tmp / "c").string()) != std::string::npos);
+    CHECK(msg.find("extra, other") != std::string::npos);
+  }
+  WithExtra w = ckpt::restore<WithExtra>(tmp / "c", {.allow_missing = true});
+  CHECK(w.step == 42);
+  CHECK(w.extra == std::vector<float>{9, 9});
+  CHECK(w.other == 1.5);
+}
+
+TEST_CASE("restore_tree loads every leaf; as<U> converts to any matching leaf type") {
+  test::TempDir tmp;
+  TrainState s = make_state();
+  ckpt::save(tmp / "c", s);
+  const ckpt::Tree t = ckpt::restore_tree(tmp / "c");
+  CHECK(t.size() == ckpt::metadata(tmp / "c").size());
+  CHECK(t.leaf("params.encoder.kernel").loaded());
+  const auto& k = t.leaf("params.encoder.kernel");
+  CHECK(ckpt::dtype_name(k.dtype()) == "float32");
+  CHECK(k.shape() == ckpt::Shape{2, 3});
+  CHECK(k.as<xt::xarray<float>>() == s.params.encoder.kernel);
+  CHECK(k.as<xt::xtensor<float, 2>>() == s.params.encoder.kernel);
+  const auto flat = t.leaf("params.encoder.bias").as<std::vector<float>>();
+  CHECK(flat == std::vector<float>(s.params.encoder.bias.begin(), s.params.encoder.bias.end()));
+  CHECK(t.leaf("step").as<std::int64_t>() == 1234);
+  CHECK(t.leaf("config.lr").as<float>() == 0.001f);
+  CHECK_THROWS_AS(t.leaf("step").as<std::int32_t>(), ckpt::DtypeMismatchError);
+  CHECK_THROWS_AS(t.leaf("params.encoder.kernel").as<std::vector<float>>(), ckpt::ShapeMismatchError);
+  CHECK_THROWS_AS(t.leaf("no.such.leaf"), ckpt::MissingLeafError);
+  auto rng = t.leaf("rng").as<std::mt19937_64>();
+  CHECK(rng() == s.rng());
+}
+
+TEST_CASE("metadata reads no data: a corrupted data file shows only when a leaf is read") {
+  test::TempDir tmp;
+  TrainState s = make_state();
+  s.params.encoder.kernel = xt::ones<float>({64, 64});  // 16 KiB: into a data file
+  ckpt::save(tmp / "c", s);
+  auto data = test::read_bytes(tmp / "c" / "data-0");
+  REQUIRE(data.size() >= 16384);
+  data[100] ^= 0x40;
+  test::write_bytes(tmp / "c" / "data-0", data);
+
+  const auto md = ckpt::metadata(tmp / "c");  // reads the manifest only: no checksum is checked
+  CHECK(md.leaf("params.encoder.kernel").shape() == ckpt::Shape{64, 64});
+  CHECK_FALSE(md.leaf("params.encoder.kernel").loaded());
+  CHECK(md.leaf("step").as<std::int64_t>() == 1234);  // inline leaves still read fine
+  CHECK_THROWS_WITH_AS(md.leaf("params.encoder.kernel").as<xt::xarray<float>>(),
+                       doctest::Contains("params.encoder.kernel: checksum mismatch"), ckpt::CorruptCheckpointError);
+  CHECK_THROWS_AS(ckpt::restore_tree(tmp / "c"), ckpt::CorruptCheckpointError);
+}
+
+TEST_CASE("save refuses an existing checkpoint unless forced, and force replaces it whole") {
+  test::TempDir tmp;
+  ckpt::save(tmp / "c", StepOnly{1});
+  CHECK_THROWS_WITH_AS(ckpt::save(tmp / "c", StepOnly{2}), doctest::Contains("already exists"), ckpt::Error);
+  CHECK(ckpt::restore<StepOnly>(tmp / "c").step == 1);
+  TrainState big = make_state();
+  big.params.encoder.kernel = xt::ones<float>({100, 100});
+  ckpt::save(tmp / "c", big, {.force = true});
+  CHECK(ckpt::restore<TrainState>(tmp / "c").params.encoder.kernel == big.params.encoder.kernel);
+  ckpt::save(tmp / "c", StepOnly{3}, {.force = true});
+  CHECK(ckpt::restore<StepOnly>(tmp / "c").step == 3);
+  CHECK_THROWS_AS(ckpt::restore<TrainState>(tmp / "c"), ckpt::MissingLeafError);  // old leaves are gone
+  // Nothing but the checkpoint is left in the parent: no staging directories.
+  std::vector<std::string> names;
+  for (const auto& f : std::filesystem::directory_iterator(tmp.path())) names.push_back(f.path().filename());
+  CHECK(names == std::vector<std::string>{"c"});
+}
+
+TEST_CASE("restoring from a directory that is not a checkpoint names it") {
+  test::TempDir tmp;
+  CHECK_THROWS_WITH_AS(ckpt::restore<StepOnly>(tmp / "absent"), doctest::Contains("absent"), ckpt::Error);
+  std::filesystem::create_directories(tmp / "empty");
+  CHECK_THROWS_WITH_AS(ckpt::restore<StepOnly>(tmp / "empty"), doctest::Contains("no commit marker"),
+                       ckpt::CorruptCheckpointError);
+}
