@@ -1,0 +1,134 @@
+// The native format on disk, checked from outside: Python's msgpack reads the
+// manifest and numpy reads the leaves straight out of the data files.
+#include "support.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace native_test {
+
+struct State {
+  std::int64_t step = 0;
+  xt::xtensor<float, 2> big;      // 64 KiB: a data file
+  std::vector<double> odd;        // 5000 * 8 bytes, not a multiple of 4096
+  std::vector<std::int32_t> small;  // inline
+  std::string name;
+};
+
+State make() {
+  State s;
+  s.step = 9;
+  s.big = xt::arange<float>(128 * 128).reshape({128, 128});
+  s.odd.resize(5000);
+  for (std::size_t i = 0; i < s.odd.size(); ++i) s.odd[i] = 0.5 * static_cast<double>(i);
+  s.small = {1, 2, 3};
+  s.name = "tiny";
+  return s;
+}
+
+// Runs python code with the checkpoint dir as sys.argv[1]; returns stdout, fails the test on error.
+std::string python(const std::string& code, const std::filesystem::path& dir) {
+  test::TempDir tmp;
+  const auto script = tmp / "check.py";
+  {
+    std::ofstream f(script);
+    f << code;
+  }
+  const std::string cmd = std::string(CKPT_PYTHON) + " " + script.string() + " " + dir.string() + " 2>&1";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = ::pclose(p);
+  INFO(out);
+  REQUIRE(rc == 0);
+  return out;
+}
+
+}  // namespace native_test
+
+using namespace native_test;
+
+TEST_CASE("the manifest is msgpack that Python reads, with every field the design names") {
+  test::TempDir tmp;
+  ckpt::save(tmp / "c", make());
+  const std::string out = python(R"PY(
+import sys, msgpack, numpy as np, os, hashlib
+d = sys.argv[1]
+m = msgpack.unpackb(open(os.path.join(d, "manifest"), "rb").read(), raw=False)
+assert m["format"] == "ckpt-native", m["format"]
+assert m["format_version"] == 1
+assert m["library_version"] == "0.1.0"
+assert "State" in m["type"], m["type"]
+assert isinstance(m["fingerprint"], int)
+assert ["big", "float32", 2] in m["schema"], m["schema"]
+leaves = {".".join(l["path"]): l for l in m["leaves"]}
+assert sorted(leaves) == ["big", "name", "odd", "small", "step"], sorted(leaves)
+big = leaves["big"]
+assert big["dtype"] == "float32" and big["shape"] == [128, 128] and big["file"] == "data-0"
+assert big["length"] == 128 * 128 * 4 and big["codec"] == "raw"
+odd = leaves["odd"]
+for l in (big, odd):
+    assert l["offset"] % 4096 == 0, l["offset"]
+raw = open(os.path.join(d, big["file"]), "rb").read()
+a = np.frombuffer(raw[big["offset"]:big["offset"] + big["length"]], dtype=np.float32).reshape(big["shape"])
+assert (a == np.arange(128 * 128, dtype=np.float32).reshape(128, 128)).all()
+o = np.frombuffer(raw[odd["offset"]:odd["offset"] + odd["length"]], dtype=np.float64)
+assert (o == 0.5 * np.arange(5000)).all()
+small = leaves["small"]
+assert small["file"] is None and np.frombuffer(small["inline"], dtype=np.int32).tolist() == [1, 2, 3]
+assert leaves["step"]["dtype"] == "int64" and leaves["step"]["shape"] == []
+assert leaves["name"]["dtype"] == "string" and leaves["name"]["inline"] == b"tiny"
+commit = open(os.path.join(d, "commit")).read()
+assert commit.startswith("ckpt-native commit\n"), commit
+assert ("manifest-bytes %d" % os.path.getsize(os.path.join(d, "manifest"))) in commit
+print("ok", len(leaves))
+)PY",
+                                  tmp / "c");
+  CHECK(out.find("ok 5") != std::string::npos);
+}
+
+TEST_CASE("the inline threshold decides which leaves live in the manifest") {
+  test::TempDir tmp;
+  ckpt::save(tmp / "all_inline", make(), {.inline_threshold = std::size_t{1} << 20});
+  CHECK_FALSE(std::filesystem::exists(tmp / "all_inline" / "data-0"));
+  CHECK(ckpt::restore<State>(tmp / "all_inline").big == make().big);
+  ckpt::save(tmp / "none_inline", make(), {.inline_threshold = 0});
+  const auto out = python(R"PY(
+import sys, msgpack, os
+m = msgpack.unpackb(open(os.path.join(sys.argv[1], "manifest"), "rb").read(), raw=False)
+print(sorted(l["file"] for l in m["leaves"]))
+)PY",
+                          tmp / "none_inline");
+  CHECK(out.find("None") == std::string::npos);
+  const State r = ckpt::restore<State>(tmp / "none_inline");
+  CHECK(r.name == "tiny");
+  CHECK(r.small == make().small);
+}
+
+TEST_CASE("several data files are written in parallel and read back") {
+  test::TempDir tmp;
+  struct Many {
+    std::vector<xt::xtensor<float, 1>> ws;
+  } many;
+  for (int i = 0; i < 9; ++i) many.ws.push_back(xt::arange<float>(static_cast<float>(3000 + 500 * i)) * float(i));
+  ckpt::save(tmp / "c", many, {.data_files = 3});
+  for (const char* f : {"data-0", "data-1", "data-2"}) CHECK(std::filesystem::exists(tmp / "c" / f));
+  CHECK_FALSE(std::filesystem::exists(tmp / "c" / "data-3"));
+  const Many r = ckpt::restore<Many>(tmp / "c");
+  REQUIRE(r.ws.size() == 9);
+  for (int i = 0; i < 9; ++i) CHECK(r.ws[static_cast<std::size_t>(i)] == many.ws[static_cast<std::size_t>(i)]);
+}
+
+TEST_CASE("a checkpoint is a directory of exactly manifest, commit and data files") {
+  test::TempDir tmp;
+  ckpt::save(tmp / "c", make());
+  std::vector<std::string> names;
+  for (const auto& f : std::filesystem::directory_iterator(tmp / "c")) names.push_back(f.path().filename());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"commit", "data-0", "manifest"});
+  // Every leaf is padded to the 4 KiB alignment, the last one too.
+  CHECK(std::filesystem::file_size(tmp / "c" / "data-0") % 4096 == 0);
+}
