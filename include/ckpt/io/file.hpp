@@ -42,10 +42,18 @@ class File {
   }
   ~File() { close(); }
 
+  // Opens a regular file only. A FIFO or device put where a checkpoint file belongs
+  // would block the open (or the reads) forever: O_NONBLOCK keeps the open from
+  // waiting, and anything but a regular file is refused (O_NONBLOCK has no effect on
+  // reads of regular files, so it is left on).
   static File open_read(const fs::path& p) {
-    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw_errno("cannot open for reading", p);
-    return File(fd);
+    File f(fd);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw_errno("cannot stat", p);
+    if (!S_ISREG(st.st_mode)) throw Error(p.string(), "", "not a regular file");
+    return f;
   }
   // Creates a new file; fails if it exists.
   static File create(const fs::path& p) {
