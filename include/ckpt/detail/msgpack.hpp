@@ -15,23 +15,99 @@
 
 namespace ckpt::detail::mp {
 
-// Limits sized by the input: no count in a hostile file can ask for more objects
-// than the file has bytes, and nesting is bounded.
-inline msgpack::object_handle unpack_untrusted(const char* data, std::size_t size, const std::string& what) {
+// Walks msgpack bytes without building anything and returns "" when they hold exactly
+// one well-formed object, else what is wrong. msgpack-cxx allocates a container's items
+// (24 or 32 bytes each) when it reads the header, before the items; its per-container
+// limits cannot stop nested headers that each claim up to the whole input (60 levels
+// claiming a million items each: 1.4 GiB from a 1 MiB file). Here every item still
+// owed must fit in the bytes left, one byte at least each, so the headers of input that
+// passes claim fewer objects, all together, than it has bytes.
+inline std::string check_msgpack_counts(const unsigned char* p, std::size_t size) {
+  std::size_t at = 0;
+  std::uint64_t owed = 1;  // objects still to read; the root first
+  auto be = [&](std::size_t n) {  // a big-endian length of n bytes at `at`
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < n; ++i) v = (v << 8) | p[at + i];
+    at += n;
+    return v;
+  };
+  while (owed > 0) {
+    if (at >= size) return "truncated";
+    const unsigned char b = p[at++];
+    --owed;
+    std::uint64_t skip = 0, items = 0;
+    std::size_t len_bytes = 0;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+    } else if (b <= 0x8f) { items = 2u * (b & 0x0fu);
+    } else if (b <= 0x9f) { items = b & 0x0fu;
+    } else if (b <= 0xbf) { skip = b & 0x1fu;
+    } else {
+      switch (b) {
+        case 0xc4: case 0xd9: len_bytes = 1; break;  // bin8, str8
+        case 0xc5: case 0xda: len_bytes = 2; break;
+        case 0xc6: case 0xdb: len_bytes = 4; break;
+        case 0xc7: len_bytes = 1; skip = 1; break;  // ext: length, then a type byte
+        case 0xc8: len_bytes = 2; skip = 1; break;
+        case 0xc9: len_bytes = 4; skip = 1; break;
+        case 0xca: skip = 4; break;
+        case 0xcb: skip = 8; break;
+        case 0xcc: case 0xd0: skip = 1; break;
+        case 0xcd: case 0xd1: skip = 2; break;
+        case 0xce: case 0xd2: skip = 4; break;
+        case 0xcf: case 0xd3: skip = 8; break;
+        case 0xd4: skip = 2; break;  // fixext: a type byte, then 1..16 bytes
+        case 0xd5: skip = 3; break;
+        case 0xd6: skip = 5; break;
+        case 0xd7: skip = 9; break;
+        case 0xd8: skip = 17; break;
+        case 0xdc: case 0xdd: case 0xde: case 0xdf: {
+          const std::size_t n = (b == 0xdc || b == 0xde) ? 2 : 4;
+          if (size - at < n) return "truncated";
+          items = be(n) * (b >= 0xde ? 2 : 1);
+          break;
+        }
+        default: return "byte 0xc1 is never used";
+      }
+    }
+    if (len_bytes) {
+      if (size - at < len_bytes) return "truncated";
+      skip += be(len_bytes);
+    }
+    if (skip > size - at) return "a string or binary runs past the end";
+    at += static_cast<std::size_t>(skip);
+    owed += items;
+    if (owed > size - at) return "a container claims more items than the bytes left";
+  }
+  if (at != size) return std::to_string(size - at) + " bytes after the end";
+  return "";
+}
+
+// Checks the counts first (above), then unpacks with limits sized by the input and
+// nesting bounded; `context` names the file in errors ("manifest").
+inline msgpack::object_handle unpack_untrusted(const char* data, std::size_t size, const std::string& checkpoint,
+                                               const std::string& context = "") {
+  const std::string pre = context.empty() ? std::string() : context + ": ";
+  if (const std::string bad = check_msgpack_counts(reinterpret_cast<const unsigned char*>(data), size); !bad.empty())
+    throw CorruptCheckpointError(checkpoint, "", pre + "malformed msgpack: " + bad);
   const std::size_t n = size;
   try {
     return msgpack::unpack(data, size, nullptr, nullptr, msgpack::unpack_limit(n, n, n, n, n, 64));
   } catch (const std::exception& e) {
-    throw CorruptCheckpointError(what, "", std::string("malformed msgpack: ") + e.what());
+    throw CorruptCheckpointError(checkpoint, "", pre + "malformed msgpack: " + e.what());
   }
 }
 
 class Reader {
  public:
-  Reader(std::string checkpoint, std::string context) : checkpoint_(std::move(checkpoint)), context_(std::move(context)) {}
+  // path: the tree path errors name (a leaf's, once known), so that they say which leaf.
+  Reader(std::string checkpoint, std::string context, std::string path = "")
+      : checkpoint_(std::move(checkpoint)), context_(std::move(context)), path_(std::move(path)) {}
+
+  // The same reader, naming `path` in its errors.
+  Reader at_path(std::string path) const { return Reader(checkpoint_, context_, std::move(path)); }
 
   [[noreturn]] void fail(const std::string& what, const std::string& path = "") const {
-    throw CorruptCheckpointError(checkpoint_, path, context_ + ": " + what);
+    throw CorruptCheckpointError(checkpoint_, path.empty() ? path_ : path, context_ + ": " + what);
   }
 
   const msgpack::object* find(const msgpack::object& map, std::string_view key) const {
@@ -69,7 +145,7 @@ class Reader {
   }
 
  private:
-  std::string checkpoint_, context_;
+  std::string checkpoint_, context_, path_;
 };
 
 }  // namespace ckpt::detail::mp
