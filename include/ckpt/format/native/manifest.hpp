@@ -39,6 +39,23 @@ inline bool is_data_file_name(std::string_view s) {
   return true;
 }
 
+// A string from the manifest, quoted for an error message: bytes outside printable
+// ASCII become \xNN, since a NUL would cut what() short and others garble terminals.
+inline std::string quote_for_message(std::string_view s) {
+  std::string q = "\"";
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      q += buf;
+    } else {
+      q.push_back(c);
+    }
+  }
+  return q + "\"";
+}
+
 inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vector<IndexEntry>& entries) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
@@ -115,11 +132,12 @@ inline CommitRecord decode_commit(std::string_view text, const std::string& chec
 // field, since the marker only proves the manifest is the one the writer wrote.
 inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint,
                                                IndexInfo& info, msgpack::object_handle& keep) {
-  keep = detail::mp::unpack_untrusted(reinterpret_cast<const char*>(bytes.data()), bytes.size(), checkpoint);
+  keep = detail::mp::unpack_untrusted(reinterpret_cast<const char*>(bytes.data()), bytes.size(), checkpoint,
+                                      "manifest");
   const detail::mp::Reader r(checkpoint, "manifest");
   const msgpack::object& root = keep.get();
   info.format = r.str(r.at(root, "format"), "format");
-  if (info.format != format_name) r.fail("format is \"" + info.format + "\", not " + format_name);
+  if (info.format != format_name) r.fail("format is " + quote_for_message(info.format) + ", not " + format_name);
   info.format_version = r.u64(r.at(root, "format_version"), "format_version");
   if (info.format_version > format_version)
     r.fail("format version " + std::to_string(info.format_version) + " is newer than this library reads (" +
@@ -143,17 +161,19 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
     for (const auto& s : r.array(r.at(l, "path"), "path")) segs.push_back(r.str(s, "path segment"));
     e.path = Path(std::move(segs));
     const std::string where = e.path.str();
-    auto fail = [&](const std::string& what) -> void { throw CorruptCheckpointError(checkpoint, where, what); };
-    const std::string dt = r.str(r.at(l, "dtype"), "dtype");
+    // Every error after this point names the leaf, whatever field of it is wrong.
+    const detail::mp::Reader lr = r.at_path(where.empty() ? "<root>" : where);
+    auto fail = [&](const std::string& what) -> void { lr.fail(what); };
+    const std::string dt = lr.str(lr.at(l, "dtype"), "dtype");
     const auto d = dtype_from_name(dt);
-    if (!d) fail("unknown dtype \"" + dt + "\"");
+    if (!d) fail("unknown dtype " + quote_for_message(dt));
     e.type = *d;
-    for (const auto& s : r.array(r.at(l, "shape"), "shape")) e.shape.push_back(r.i64(s, "shape"));
+    for (const auto& s : lr.array(lr.at(l, "shape"), "shape")) e.shape.push_back(lr.i64(s, "shape"));
     const std::int64_t count = element_count(e.shape);
     if (count < 0) fail("shape " + shape_str(e.shape) + " is invalid");
-    e.offset = r.u64(r.at(l, "offset"), "offset");
-    e.length = r.u64(r.at(l, "length"), "length");
-    e.checksum = r.u64(r.at(l, "xxh3"), "xxh3");
+    e.offset = lr.u64(lr.at(l, "offset"), "offset");
+    e.length = lr.u64(lr.at(l, "length"), "length");
+    e.checksum = lr.u64(lr.at(l, "xxh3"), "xxh3");
     if (is_numeric(e.type)) {
       if (static_cast<std::uint64_t>(count) > e.length / dtype_size(e.type) + 1 ||
           static_cast<std::uint64_t>(count) * dtype_size(e.type) != e.length)
@@ -164,16 +184,16 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
     } else if (e.type == dtype::string && !e.shape.empty()) {
       fail("string leaves must be scalars");
     }
-    const msgpack::object& file = r.at(l, "file");
+    const msgpack::object& file = lr.at(l, "file");
     if (file.type == msgpack::type::NIL) {
-      const msgpack::object& in = r.at(l, "inline");
+      const msgpack::object& in = lr.at(l, "inline");
       if (in.type != msgpack::type::BIN || in.via.bin.size != e.length) fail("inline bytes do not match the length");
       e.inline_bytes = {reinterpret_cast<const std::byte*>(in.via.bin.ptr), in.via.bin.size};
     } else {
-      e.file = r.str(file, "file");
-      if (!is_data_file_name(e.file)) fail("data file name \"" + e.file + "\" is not one ckpt writes");
-      if (const auto* c = r.find(l, "codec")) e.codec = r.str(*c, "codec");
-      if (e.codec != "raw") fail("codec \"" + e.codec + "\" is not supported");
+      e.file = lr.str(file, "file");
+      if (!is_data_file_name(e.file)) fail("data file name " + quote_for_message(e.file) + " is not one ckpt writes");
+      if (const auto* c = lr.find(l, "codec")) e.codec = lr.str(*c, "codec");
+      if (e.codec != "raw") fail("codec " + quote_for_message(e.codec) + " is not supported");
     }
     entries.push_back(std::move(e));
   }
