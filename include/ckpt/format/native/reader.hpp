@@ -65,7 +65,13 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
   if (!fs::is_regular_file(dir / commit_file, ec))
     throw CorruptCheckpointError(ckpt, "", "no commit marker: not a complete checkpoint (a save was interrupted?)");
 
-  const auto commit_bytes = io::read_file(dir / commit_file, 4096);
+  // io errors name the file; rethrown so that every error names the checkpoint itself.
+  std::vector<std::byte> commit_bytes;
+  try {
+    commit_bytes = io::read_file(dir / commit_file, 4096);
+  } catch (const Error& e) {
+    throw CorruptCheckpointError(ckpt, "", std::string("commit marker cannot be read: ") + e.what());
+  }
   const CommitRecord commit =
       decode_commit({reinterpret_cast<const char*>(commit_bytes.data()), commit_bytes.size()}, ckpt);
   if (commit.manifest_bytes > max_manifest_bytes) throw CorruptCheckpointError(ckpt, "", "manifest size is implausible");
