@@ -1,0 +1,18 @@
+// A field whose type ckpt cannot store: the error names the struct, the field and its type.
+#include <ckpt/ckpt.hpp>
+
+struct Model {
+  float lr = 0.1f;
+#ifdef CKPT_SHOULD_FAIL
+  const char* label = nullptr;
+#else
+  std::string label;
+#endif
+};
+
+void f() { (void)ckpt::restore<Model>("/nonexistent/never-run"); }
+
+// expect: ckpt: the type of a field is neither a leaf nor a struct ckpt can reflect
+// expect: Model
+// expect-gcc: field_name_is<ckpt::detail::fixed_string<5>{"label"}>, const char*>
+// expect-clang: field_named<'l', 'a', 'b', 'e', 'l'>, const char *>
