@@ -20,7 +20,7 @@ BUILD_DIR ?= build
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 CLANG_BUILD_DIR ?= build-clang
-MESON_BUILD_DIR ?= $(MESON_BUILD_DIR)
+MESON_BUILD_DIR ?= build-meson
 , := ,
 
 # configure (always: cheap, and picks up new options) then build
