@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <ckpt/format/native/manifest.hpp>
@@ -32,28 +33,65 @@ inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves
   return static_cast<unsigned>(std::clamp<std::size_t>(large_leaves, 1, n));
 }
 
+// Bytes are hashed and handed to the kernel in pieces of this size, so that write()
+// copies each piece while the hash has just brought it into cache (a whole large leaf
+// hashed first and written after would be read from memory twice).
+inline constexpr std::size_t write_piece = std::size_t{1} << 20;
+// Every this many bytes, ask the kernel to start writing the file out. Without it
+// nothing reaches the disk until the final fsync (the dirty limits are far above a
+// checkpoint's size on most machines), so copying and disk I/O would run one after
+// the other instead of at the same time.
+inline constexpr std::uint64_t writeback_chunk = std::uint64_t{32} << 20;
+
+// Starts asynchronous writeback of [offset, offset + length); a hint only, the fsync
+// at the end is what makes the file durable and reports errors.
+inline void start_writeback(const io::File& f, std::uint64_t offset, std::uint64_t length) noexcept {
+#ifdef SYNC_FILE_RANGE_WRITE
+  (void)::sync_file_range(f.fd(), static_cast<off_t>(offset), static_cast<off_t>(length), SYNC_FILE_RANGE_WRITE);
+#else
+  (void)f, (void)offset, (void)length;
+#endif
+}
+
 // Writes the leaves assigned to one data file, in order, each padded to the alignment,
-// hashing each leaf just before it is written (while it is warm in cache).
+// hashing each piece just before it is written (while it is warm in cache).
 inline void write_data_file(const std::filesystem::path& file, const Snapshot& snap,
                             std::vector<IndexEntry>& entries, const std::vector<std::size_t>& leaves) {
   io::File f = io::File::create(file);
   std::vector<iovec> batch;
   std::size_t batch_bytes = 0;
-  auto flush = [&] {
-    if (!batch.empty()) io::write_all(f, std::move(batch), file);
-    batch.clear();
-    batch_bytes = 0;
+  std::uint64_t written = 0, flushed = 0;
+  auto add = [&](const std::byte* p, std::size_t n) {
+    batch.push_back({const_cast<std::byte*>(p), n});
+    batch_bytes += n;
+    if (batch.size() >= 512 || batch_bytes >= write_piece) {
+      io::write_all(f, std::move(batch), file);
+      batch.clear();
+      written += std::exchange(batch_bytes, 0);
+      if (written - flushed >= writeback_chunk) {
+        start_writeback(f, flushed, written - flushed);
+        flushed = written;
+      }
+    }
   };
   for (std::size_t i : leaves) {
     const auto bytes = snap.leaves[i].data.view;
-    entries[i].checksum = io::xxh3(bytes);
-    batch.push_back({const_cast<std::byte*>(bytes.data()), bytes.size()});
+    if (bytes.size() <= write_piece) {
+      entries[i].checksum = io::xxh3(bytes);
+      add(bytes.data(), bytes.size());
+    } else {
+      io::Xxh3Stream hash;
+      for (std::size_t done = 0; done < bytes.size(); done += write_piece) {
+        const auto part = bytes.subspan(done, std::min(write_piece, bytes.size() - done));
+        hash.update(part);
+        add(part.data(), part.size());
+      }
+      entries[i].checksum = hash.digest();
+    }
     const std::size_t pad = static_cast<std::size_t>((alignment - bytes.size() % alignment) % alignment);
-    if (pad) batch.push_back({const_cast<std::byte*>(zero_page()), pad});
-    batch_bytes += bytes.size() + pad;
-    if (batch.size() >= 512 || batch_bytes >= (std::size_t{64} << 20)) flush();
+    if (pad) add(zero_page(), pad);
   }
-  flush();
+  if (!batch.empty()) io::write_all(f, std::move(batch), file);
   f.sync(file);
 }
 }  // namespace detail
