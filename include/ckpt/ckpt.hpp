@@ -14,12 +14,14 @@
 
 #include <ckpt/leaf/dtype.hpp>
 #include <ckpt/leaf/half.hpp>
+#include <ckpt/leaf/convert.hpp>
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/leaf/scalar.hpp>
 #include <ckpt/leaf/string.hpp>
 #include <ckpt/leaf/sequence.hpp>
 #include <ckpt/leaf/xtensor.hpp>
 #include <ckpt/leaf/random_engine.hpp>
+#include <ckpt/leaf/lazy.hpp>
 
 #include <ckpt/tree/path.hpp>
 #include <ckpt/tree/reflect.hpp>
@@ -30,6 +32,7 @@
 #include <ckpt/tree/tree.hpp>
 
 #include <ckpt/snapshot.hpp>
+#include <ckpt/snapshot_edit.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/format/native.hpp>
 #include <ckpt/save.hpp>

@@ -2,9 +2,16 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <optional>
 #include <string>
 
+#include <ckpt/leaf/dtype.hpp>
+
 namespace ckpt {
+
+class Tree;
+struct Snapshot;
 
 struct SaveOptions {
   // Overwrite an existing checkpoint at the same path (atomically swapped in).
@@ -13,6 +20,12 @@ struct SaveOptions {
   std::size_t inline_threshold = 4096;
   // Data files written in parallel, one thread each (0: one per hardware thread, at most 8).
   unsigned data_files = 1;
+  // Cast real floating leaves to this dtype on save (e.g. bfloat16), only those under
+  // save_dtype_prefix (a dotted path; "" is everything).
+  std::optional<dtype> save_dtype{};
+  std::string save_dtype_prefix{};
+  // Edits the flat list of leaves before it is written: rename, drop or add leaves.
+  std::function<void(Snapshot&)> transform{};
 };
 
 struct RestoreOptions {
@@ -22,6 +35,14 @@ struct RestoreOptions {
   bool allow_missing = false;
   // Verify every leaf's xxh3 checksum (costs one pass over the bytes at memory speed).
   bool verify_checksums = true;
+  // Allow floating leaves to be narrowed to this dtype (float64 -> float32, ...);
+  // lossless casts (bfloat16 -> float32, int32 -> int64) need no asking.
+  std::optional<dtype> restore_dtype{};
+  // Edits the checkpoint's tree (rename, drop, add leaves) before it is matched to
+  // the target, like t5x's state_transformation_fns. Leaves are read only if used.
+  std::function<void(Tree&)> transform{};
+  // restore_tree: read nothing until a leaf is asked for.
+  bool lazy = false;
 };
 
 }  // namespace ckpt

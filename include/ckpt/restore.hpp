@@ -1,7 +1,8 @@
-// ckpt/restore.hpp — ckpt::restore, restore_into, restore_tree and metadata.
+// ckpt/restore.hpp — ckpt::restore, restore_into, restore_tree, metadata and allocate.
 #pragma once
 
 #include <filesystem>
+#include <memory>
 
 #include <ckpt/format/native.hpp>
 #include <ckpt/options.hpp>
@@ -11,22 +12,32 @@
 namespace ckpt {
 
 namespace detail {
+// The index a restore reads: the checkpoint's own, or its tree after the caller's transform.
+inline std::shared_ptr<const Index> index_for(std::shared_ptr<const Index> index, const RestoreOptions& opts) {
+  if (!opts.transform) return index;
+  Tree tree(std::move(index), false);
+  opts.transform(tree);
+  return tree.to_index();
+}
+
 template <class T>
-void restore_from_index(const Index& index, T& target, const RestoreOptions& opts, bool check_dynamic_shapes) {
+void restore_from_index(std::shared_ptr<const Index> index, T& target, const RestoreOptions& opts,
+                        bool check_dynamic_shapes, bool shape_only = false) {
   node::require_tree<T>();
+  index = index_for(std::move(index), opts);
   Path path = Path::parse(opts.subtree);
-  if (!path.empty() && !index.has_subtree(path))
-    throw MissingLeafError(index.checkpoint(), {path.str()});
-  FillContext ctx{index, check_dynamic_shapes, opts.verify_checksums, opts.allow_missing, {}};
+  if (!path.empty() && !index->has_subtree(path)) throw MissingLeafError(index->checkpoint(), {path.str()});
+  FillContext ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only},
+                  opts.allow_missing);
   fill(target, path, ctx);
-  if (!ctx.missing.empty()) throw MissingLeafError(index.checkpoint(), std::move(ctx.missing));
+  if (!ctx.missing.empty()) throw MissingLeafError(index->checkpoint(), std::move(ctx.missing));
 }
 }  // namespace detail
 
 // Restores into an existing value: its non-empty arrays must have the checkpoint's shapes.
 template <class T>
 void restore_into(const std::filesystem::path& dir, T& target, const RestoreOptions& opts = {}) {
-  detail::restore_from_index(*open_index(dir), target, opts, true);
+  detail::restore_from_index(open_index(dir), target, opts, true);
 }
 
 // Restores a new T (default-constructed, then filled; arrays take the checkpoint's shapes).
@@ -35,14 +46,31 @@ T restore(const std::filesystem::path& dir, const RestoreOptions& opts = {}) {
   static_assert(std::is_default_constructible_v<T>, "ckpt::restore<T> needs a default-constructible T; "
                                                     "use ckpt::restore_into(dir, value) otherwise");
   T value{};
-  detail::restore_from_index(*open_index(dir), value, opts, false);
+  detail::restore_from_index(open_index(dir), value, opts, false);
   return value;
 }
 
-// Every leaf, loaded and verified, with no target type.
-inline Tree restore_tree(const std::filesystem::path& dir) { return Tree(open_index(dir), true); }
+// Every leaf with no target type: loaded and verified now, or with .lazy = true read
+// only when asked for. The options' transform applies.
+inline Tree restore_tree(const std::filesystem::path& dir, const RestoreOptions& opts = {}) {
+  return Tree(detail::index_for(open_index(dir), opts), !opts.lazy);
+}
 
 // Paths, dtypes and shapes, reading only the manifest.
 inline Tree metadata(const std::filesystem::path& dir) { return Tree(open_index(dir), false); }
+
+// An abstract restore, like Orbax's against ShapeDtypeStructs: a T whose arrays,
+// vectors and maps are sized from the metadata (elements zero), with no data read.
+// Fill it with restore_into, which then reads straight into the allocated memory.
+template <class T>
+T allocate(const Tree& metadata, const RestoreOptions& opts = {}) {
+  T value{};
+  detail::restore_from_index(metadata.to_index(), value, opts, false, true);
+  return value;
+}
+template <class T>
+T allocate(const std::filesystem::path& dir, const RestoreOptions& opts = {}) {
+  return allocate<T>(metadata(dir), opts);
+}
 
 }  // namespace ckpt

@@ -7,25 +7,38 @@
 #include <ckpt/io/staging_dir.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
+#include <ckpt/snapshot_edit.hpp>
 
 namespace ckpt {
 
 // Writes an already-taken snapshot; what the async executor calls from its thread.
-template <format_policy Format = native>
-void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts = {}) {
+// before_commit(staging_dir) may add files (a manager's metrics, items) that then
+// appear atomically with the checkpoint.
+template <format_policy Format = native, class BeforeCommit>
+void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
+                   BeforeCommit&& before_commit) {
   std::error_code ec;
   if (!opts.force && std::filesystem::exists(dir, ec))
     throw Error(dir.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
   io::StagingDir staging(dir);
   Format::write(snap, staging.path(), opts);
+  before_commit(staging.path());
   staging.commit(opts.force);
+}
+
+template <format_policy Format = native>
+void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts = {}) {
+  save_snapshot<Format>(dir, snap, opts, [](const std::filesystem::path&) {});
 }
 
 // Saves value to dir, atomically: dir appears whole or not at all.
 template <format_policy Format = native, class T>
 void save(const std::filesystem::path& dir, const T& value, const SaveOptions& opts = {}) {
   node::require_tree<T>();
-  save_snapshot<Format>(dir, take_snapshot(value), opts);
+  Snapshot snap = take_snapshot(value);
+  if (opts.save_dtype) cast_floating_leaves(snap, *opts.save_dtype, opts.save_dtype_prefix);
+  if (opts.transform) opts.transform(snap);
+  save_snapshot<Format>(dir, snap, opts);
 }
 
 }  // namespace ckpt

@@ -8,10 +8,10 @@
 
 namespace ckpt::detail {
 
-// Checks dtype and rank (rank < 0: any) and, when `fixed` is given, the exact shape;
+// Checks the dtype converts and the rank matches (rank < 0: any) and, when `fixed` is given, the exact shape;
 // returns the element count of the checkpoint's leaf.
 inline std::size_t check_array_leaf(const LeafSource& src, dtype type, int rank, const Shape* fixed = nullptr) {
-  src.expect_dtype(type);
+  src.expect_castable(type);
   const Shape& s = src.shape();
   if (rank >= 0 && static_cast<int>(s.size()) != rank) {
     Shape expected(static_cast<std::size_t>(rank), -1);
@@ -38,9 +38,10 @@ void check_bool_bytes(const LeafSource& src, const E* data, std::size_t n) {
   }
 }
 
+// Reads n elements into data, converting from the checkpoint's dtype where allowed.
 template <class E>
 void read_elements(const LeafSource& src, E* data, std::size_t n) {
-  src.read_into({reinterpret_cast<std::byte*>(data), n * sizeof(E)});
+  src.read_as(dtype_v<E>, {reinterpret_cast<std::byte*>(data), n * sizeof(E)});
   check_bool_bytes(src, data, n);
 }
 

@@ -12,11 +12,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <ckpt/error.hpp>
+#include <ckpt/leaf/convert.hpp>
 #include <ckpt/leaf/dtype.hpp>
 
 namespace ckpt {
@@ -83,6 +87,13 @@ class LeafSource {
   virtual std::string path() const = 0;
   // restore_into compares the shapes of non-empty dynamic arrays; restore<T> does not.
   virtual bool check_dynamic_shapes() const = 0;
+  // The dtype the caller asked leaves to be cast to, which allows floating narrowing.
+  virtual std::optional<ckpt::dtype> requested_dtype() const { return std::nullopt; }
+  // True when only shapes are wanted (allocating an abstract target): reads give zeros.
+  virtual bool shape_only() const { return false; }
+  // A copy that stays valid after the restore returns (for lazy leaves); null when the
+  // source cannot outlive the call.
+  virtual std::shared_ptr<const LeafSource> retain() const { return nullptr; }
 
   std::vector<std::byte> read_all() const {
     std::vector<std::byte> v(static_cast<std::size_t>(byte_length()));
@@ -102,6 +113,35 @@ class LeafSource {
   }
   void expect_dtype(dtype target) const {
     if (type() != target) fail_dtype(target);
+  }
+  // Throws unless this leaf's elements may be converted to `target` (leaf/convert.hpp).
+  void expect_castable(dtype target) const {
+    if (!cast_allowed(type(), target, requested_dtype())) {
+      if (classify_cast(type(), target) == cast_kind::narrowing)
+        throw DtypeMismatchError(checkpoint(), path(),
+                                 "dtype " + std::string(dtype_name(type())) + " in checkpoint, " +
+                                     std::string(dtype_name(target)) +
+                                     " in target: a narrowing cast (ask for it with restore_dtype)");
+      fail_dtype(target);
+    }
+  }
+  // Reads n elements converted to `target` into dst (n * dtype_size(target) bytes).
+  void read_as(dtype target, std::span<std::byte> dst) const {
+    if (shape_only()) {
+      std::memset(dst.data(), 0, dst.size());
+      return;
+    }
+    if (type() == target) return read_into(dst);
+    expect_castable(target);
+    const std::size_t n = dst.size() / dtype_size(target);
+    if (byte_length() != n * dtype_size(type())) fail_shape(shape());
+    const std::vector<std::byte> raw = read_all();
+    if (auto bad = convert_elements(type(), raw.data(), target, dst.data(), n)) {
+      throw DtypeMismatchError(checkpoint(), path(),
+                               "element " + std::to_string(*bad) + " does not fit in " +
+                                   std::string(dtype_name(target)) + " (dtype " + std::string(dtype_name(type())) +
+                                   " in checkpoint)");
+    }
   }
 };
 

@@ -13,9 +13,9 @@ struct leaf_codec<E> {
   static constexpr int rank = 0;
   static LeafBytes save(const E& v) { return LeafBytes::borrow(type, {}, &v, sizeof(E)); }
   static void restore(E& v, const LeafSource& src) {
-    src.expect_dtype(type);
+    src.expect_castable(type);
     if (!src.shape().empty()) src.fail_shape({});
-    src.read_into({reinterpret_cast<std::byte*>(&v), sizeof(E)});
+    src.read_as(type, {reinterpret_cast<std::byte*>(&v), sizeof(E)});
     if constexpr (std::is_same_v<E, bool>) {  // any byte but 0 or 1 would be UB as a bool
       unsigned char c;
       std::memcpy(&c, &v, 1);

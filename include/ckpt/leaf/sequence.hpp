@@ -37,7 +37,8 @@ struct leaf_codec<std::vector<bool, A>> {
   static void restore(std::vector<bool, A>& v, const LeafSource& src) {
     const std::size_t n = detail::check_array_leaf(src, type, rank);
     detail::check_dynamic_shape(src, {static_cast<std::int64_t>(v.size())}, v.size());
-    std::vector<std::byte> bytes = src.read_all();
+    std::vector<std::byte> bytes(n);
+    src.read_as(dtype::bool_, bytes);
     detail::check_bool_bytes(src, reinterpret_cast<const bool*>(bytes.data()), n);
     v.assign(n, false);
     for (std::size_t i = 0; i < n; ++i) v[i] = bytes[i] != std::byte{0};

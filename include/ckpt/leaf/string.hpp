@@ -16,7 +16,7 @@ struct leaf_codec<std::string> {
     src.expect_dtype(type);
     if (!src.shape().empty()) src.fail_shape({});
     s.resize(static_cast<std::size_t>(src.byte_length()));
-    src.read_into({reinterpret_cast<std::byte*>(s.data()), s.size()});
+    src.read_as(dtype::string, {reinterpret_cast<std::byte*>(s.data()), s.size()});
   }
 };
 

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <charconv>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,35 +20,48 @@
 
 namespace ckpt {
 
-namespace detail {
+// How a fill reads leaves: these come from RestoreOptions.
+struct ReadSettings {
+  bool check_dynamic_shapes = false;
+  bool verify_checksums = true;
+  std::optional<dtype> requested_dtype{};
+  bool shape_only = false;  // allocate targets without reading (abstract restore)
+};
 
-// One entry of an Index, seen by a leaf codec.
+// One entry of an Index, seen by a leaf codec. It shares ownership of the Index so
+// that a lazy leaf can keep it and read later.
 class IndexLeafSource final : public LeafSource {
  public:
-  IndexLeafSource(const Index& index, const IndexEntry& e, bool check_dynamic, bool verify)
-      : index_(index), e_(e), check_dynamic_(check_dynamic), verify_(verify) {}
+  IndexLeafSource(std::shared_ptr<const Index> index, const IndexEntry& e, const ReadSettings& settings)
+      : index_(std::move(index)), e_(e), settings_(settings) {}
   dtype type() const override { return e_.type; }
   const Shape& shape() const override { return e_.shape; }
   std::uint64_t byte_length() const override { return e_.length; }
-  void read_into(std::span<std::byte> dst) const override { index_.read(e_, dst, verify_); }
-  const std::string& checkpoint() const override { return index_.checkpoint(); }
+  void read_into(std::span<std::byte> dst) const override { index_->read(e_, dst, settings_.verify_checksums); }
+  const std::string& checkpoint() const override { return index_->checkpoint(); }
   std::string path() const override { return e_.path.str(); }
-  bool check_dynamic_shapes() const override { return check_dynamic_; }
+  bool check_dynamic_shapes() const override { return settings_.check_dynamic_shapes; }
+  std::optional<dtype> requested_dtype() const override { return settings_.requested_dtype; }
+  bool shape_only() const override { return settings_.shape_only; }
+  std::shared_ptr<const LeafSource> retain() const override {
+    return std::make_shared<IndexLeafSource>(index_, e_, settings_);
+  }
 
  private:
-  const Index& index_;
+  std::shared_ptr<const Index> index_;
   const IndexEntry& e_;
-  bool check_dynamic_, verify_;
+  ReadSettings settings_;
 };
 
-}  // namespace detail
-
 struct FillContext {
+  std::shared_ptr<const Index> index_ptr;
   const Index& index;
-  bool check_dynamic_shapes = false;
-  bool verify_checksums = true;
+  ReadSettings settings;
   bool allow_missing = false;
   std::vector<std::string> missing;
+
+  FillContext(std::shared_ptr<const Index> idx, ReadSettings s, bool allow)
+      : index_ptr(std::move(idx)), index(*index_ptr), settings(s), allow_missing(allow) {}
 
   void report_missing(const Path& p) {
     if (!allow_missing) missing.push_back(p.str());
@@ -81,7 +96,7 @@ void fill(T& value, Path& path, FillContext& ctx) {
   node::require_node<T>();
   if constexpr (k == node::kind::leaf) {
     if (const IndexEntry* e = ctx.index.find(path)) {
-      detail::IndexLeafSource src(ctx.index, *e, ctx.check_dynamic_shapes, ctx.verify_checksums);
+      const IndexLeafSource src(ctx.index_ptr, *e, ctx.settings);
       leaf_codec<T>::restore(value, src);
     } else if (ctx.index.has_subtree(path)) {
       ctx.fail(path, "an inner node in the checkpoint, a leaf in the target");

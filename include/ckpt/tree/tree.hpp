@@ -1,15 +1,20 @@
 // ckpt/tree/tree.hpp — ckpt::Tree: a checkpoint seen without a C++ target type.
 //
-// restore_tree() loads every leaf's bytes; metadata() gives the same view reading
-// nothing but the manifest, and reads a leaf only when as<U>() asks for it.
+// restore_tree() loads every leaf's bytes; metadata() (or restore_tree with
+// .lazy = true) gives the same view from the manifest alone and reads a leaf only
+// when as<U>() or bytes() asks for it. A Tree can be edited (rename, erase, set):
+// RestoreOptions::transform does so before a tree is matched to a target.
 #pragma once
 
+#include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <ckpt/index.hpp>
+#include <ckpt/io/checksum.hpp>
 #include <ckpt/tree/fill.hpp>
 
 namespace ckpt {
@@ -18,14 +23,14 @@ class Tree {
  public:
   class Leaf {
    public:
-    const Path& path() const noexcept { return entry_->path; }
-    ckpt::dtype dtype() const noexcept { return entry_->type; }
-    const Shape& shape() const noexcept { return entry_->shape; }
-    std::uint64_t byte_length() const noexcept { return entry_->length; }
+    const Path& path() const noexcept { return path_; }
+    ckpt::dtype dtype() const noexcept { return type_; }
+    const Shape& shape() const noexcept { return shape_; }
+    std::uint64_t byte_length() const noexcept { return length_; }
     bool loaded() const noexcept { return bytes_ != nullptr; }
 
-    // The leaf as any leaf type U whose dtype and rank match (U = float, std::vector<int>,
-    // xt::xarray<double>, std::string, ...).
+    // The leaf as any leaf type U whose dtype converts and whose rank matches
+    // (U = float, std::vector<int>, xt::xarray<double>, std::string, ...).
     template <class U>
     U as() const {
       static_assert(ckpt::leaf<U>, "ckpt: Tree::Leaf::as<U>() needs a leaf type U (a number, string, vector, xtensor...)");
@@ -38,16 +43,27 @@ class Tree {
     // The raw bytes (C order, numpy dtype layout); reads them if not loaded.
     std::vector<std::byte> bytes() const {
       if (bytes_) return *bytes_;
-      std::vector<std::byte> v(static_cast<std::size_t>(entry_->length));
-      index_->read(*entry_, v);
+      std::vector<std::byte> v(static_cast<std::size_t>(length_));
+      read_into(v, true);
       return v;
     }
 
    private:
     friend class Tree;
-    Leaf(std::shared_ptr<const Index> index, const IndexEntry* entry,
-         std::shared_ptr<const std::vector<std::byte>> bytes)
-        : index_(std::move(index)), entry_(entry), bytes_(std::move(bytes)) {}
+    Leaf() = default;
+
+    void read_into(std::span<std::byte> dst, bool verify) const {
+      if (bytes_) {
+        if (dst.size() != bytes_->size()) throw Error(checkpoint_name(), path_.str(), "size mismatch reading a leaf");
+        std::copy(bytes_->begin(), bytes_->end(), dst.begin());
+      } else if (entry_) {
+        index_->read(*entry_, dst, verify);
+      }
+    }
+    const std::string& checkpoint_name() const {
+      static const std::string none;
+      return index_ ? index_->checkpoint() : none;
+    }
 
     class Source final : public LeafSource {
      public:
@@ -55,11 +71,8 @@ class Tree {
       ckpt::dtype type() const override { return l_.dtype(); }
       const Shape& shape() const override { return l_.shape(); }
       std::uint64_t byte_length() const override { return l_.byte_length(); }
-      void read_into(std::span<std::byte> dst) const override {
-        if (l_.bytes_) std::copy(l_.bytes_->begin(), l_.bytes_->end(), dst.begin());
-        else l_.index_->read(*l_.entry_, dst);
-      }
-      const std::string& checkpoint() const override { return l_.index_->checkpoint(); }
+      void read_into(std::span<std::byte> dst) const override { l_.read_into(dst, true); }
+      const std::string& checkpoint() const override { return l_.checkpoint_name(); }
       std::string path() const override { return l_.path().str(); }
       bool check_dynamic_shapes() const override { return false; }
 
@@ -67,21 +80,31 @@ class Tree {
       const Leaf& l_;
     };
 
-    std::shared_ptr<const Index> index_;
-    const IndexEntry* entry_;
+    Path path_;
+    ckpt::dtype type_ = ckpt::dtype::none;
+    Shape shape_;
+    std::uint64_t length_ = 0;
+    std::shared_ptr<const Index> index_;  // where unloaded bytes are read from
+    const IndexEntry* entry_ = nullptr;
     std::shared_ptr<const std::vector<std::byte>> bytes_;  // null: read on demand
   };
 
-  // Builds the tree of an opened index; with load, reads (and verifies) every leaf now.
+  // The tree of an opened index; with load, reads (and verifies) every leaf now.
   Tree(std::shared_ptr<const Index> index, bool load) : index_(std::move(index)) {
     for (const auto& e : index_->entries()) {
-      std::shared_ptr<const std::vector<std::byte>> bytes;
+      Leaf l;
+      l.path_ = e.path;
+      l.type_ = e.type;
+      l.shape_ = e.shape;
+      l.length_ = e.length;
+      l.index_ = index_;
+      l.entry_ = &e;
       if (load) {
         auto v = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(e.length));
         index_->read(e, *v);
-        bytes = std::move(v);
+        l.bytes_ = std::move(v);
       }
-      leaves_.push_back(Leaf(index_, &e, std::move(bytes)));
+      leaves_.push_back(std::move(l));
     }
   }
 
@@ -91,21 +114,109 @@ class Tree {
     for (const auto& l : leaves_) v.push_back(l.path().str());
     return v;
   }
-  bool contains(std::string_view dotted) const { return index_->find(Path::parse(dotted)) != nullptr; }
+  bool contains(std::string_view dotted) const { return find(Path::parse(dotted)) != nullptr; }
   const Leaf& leaf(std::string_view dotted) const { return leaf(Path::parse(dotted)); }
   const Leaf& leaf(const Path& p) const {
-    const IndexEntry* e = index_->find(p);
-    if (!e) throw MissingLeafError(index_->checkpoint(), {p.str()});
-    return leaves_[static_cast<std::size_t>(e - index_->entries().data())];
+    const Leaf* l = find(p);
+    if (!l) throw MissingLeafError(checkpoint(), {p.str()});
+    return *l;
   }
   const std::vector<Leaf>& leaves() const noexcept { return leaves_; }
   std::size_t size() const noexcept { return leaves_.size(); }
   const IndexInfo& info() const noexcept { return index_->info(); }
   const std::string& checkpoint() const noexcept { return index_->checkpoint(); }
 
+  // ---- editing (for RestoreOptions::transform) ----
+
+  // Renames the leaf or every leaf of the subtree at `from` to lie at `to`.
+  // Returns how many leaves moved.
+  std::size_t rename(std::string_view from, std::string_view to) {
+    const Path f = Path::parse(from), t = Path::parse(to);
+    std::size_t n = 0;
+    for (auto& l : leaves_) {
+      if (!l.path_.starts_with(f)) continue;
+      std::vector<std::string> segs = t.segments();
+      segs.insert(segs.end(), l.path_.segments().begin() + static_cast<std::ptrdiff_t>(f.size()),
+                  l.path_.segments().end());
+      l.path_ = Path(std::move(segs));
+      ++n;
+    }
+    if (n == 0) throw MissingLeafError(checkpoint(), {f.str()});
+    dirty_ = true;
+    return n;
+  }
+
+  // Removes the leaf or subtree at `path`; returns how many leaves went.
+  std::size_t erase(std::string_view path) {
+    const Path p = Path::parse(path);
+    const auto before = leaves_.size();
+    std::erase_if(leaves_, [&](const Leaf& l) { return l.path_.starts_with(p); });
+    dirty_ = true;
+    return before - leaves_.size();
+  }
+
+  // Adds (or replaces) a leaf holding `value`, of any leaf type.
+  template <class U>
+  void set(std::string_view path, const U& value) {
+    static_assert(ckpt::leaf<U>, "ckpt: Tree::set needs a leaf value (a number, string, vector, xtensor...)");
+    LeafBytes b = leaf_codec<U>::save(value);
+    Leaf l;
+    l.path_ = Path::parse(path);
+    l.type_ = b.type;
+    l.shape_ = b.shape;
+    l.length_ = b.view.size();
+    l.index_ = index_;
+    l.bytes_ = std::make_shared<const std::vector<std::byte>>(b.view.begin(), b.view.end());
+    std::erase_if(leaves_, [&](const Leaf& x) { return x.path_ == l.path_; });
+    leaves_.push_back(std::move(l));
+    dirty_ = true;
+  }
+
+  // An Index over the tree as it is now, reading each leaf from where it lives
+  // (the original files, or bytes in memory).
+  std::shared_ptr<const Index> to_index() const {
+    if (!dirty_) return index_;
+    auto leaves = std::make_shared<std::vector<Leaf>>(leaves_);
+    std::vector<IndexEntry> entries;
+    entries.reserve(leaves->size());
+    for (const auto& l : *leaves) {
+      IndexEntry e;
+      e.path = l.path_;
+      e.type = l.type_;
+      e.shape = l.shape_;
+      e.length = l.length_;
+      entries.push_back(std::move(e));
+    }
+    return std::make_shared<const Index>(checkpoint(), index_->info(), std::move(entries),
+                                         std::make_shared<TreeReader>(leaves), leaves);
+  }
+
  private:
+  const Leaf* find(const Path& p) const {
+    if (!dirty_) {  // leaf i is still entry i of the index: use its map
+      const IndexEntry* e = index_->find(p);
+      return e ? &leaves_[static_cast<std::size_t>(e - index_->entries().data())] : nullptr;
+    }
+    for (const auto& l : leaves_)
+      if (l.path_ == p) return &l;
+    return nullptr;
+  }
+
+  // Reads entry i of a tree-made Index from leaf i of the tree.
+  class TreeReader final : public IndexReader {
+   public:
+    explicit TreeReader(std::shared_ptr<const std::vector<Leaf>> leaves) : leaves_(std::move(leaves)) {}
+    void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const override {
+      (*leaves_)[static_cast<std::size_t>(&e - index.entries().data())].read_into(dst, verify);
+    }
+
+   private:
+    std::shared_ptr<const std::vector<Leaf>> leaves_;
+  };
+
   std::shared_ptr<const Index> index_;
   std::vector<Leaf> leaves_;
+  bool dirty_ = false;
 };
 
 }  // namespace ckpt

@@ -1,0 +1,185 @@
+// ckpt/leaf/convert.hpp — converting elements from the checkpoint's dtype to the target's.
+//
+// Casts that lose nothing happen by themselves (bfloat16 -> float32, int32 -> int64,
+// float32 -> complex64). Integer narrowing happens when every value fits, and is an
+// error naming the first value that does not. Floating narrowing (float64 -> float32,
+// float32 -> bfloat16) happens only when asked for (RestoreOptions::restore_dtype /
+// SaveOptions::save_dtype): a cast nobody asked for is never silent.
+#pragma once
+
+#include <cmath>
+#include <complex>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include <ckpt/leaf/dtype.hpp>
+
+namespace ckpt {
+
+// Calls f(type_tag_v<E>) with the C++ element type of a numeric dtype.
+template <class E>
+struct element_tag {
+  using type = E;
+};
+
+template <class F>
+decltype(auto) visit_element_type(dtype d, F&& f) {
+  switch (d) {
+    case dtype::bool_: return f(element_tag<bool>{});
+    case dtype::int8: return f(element_tag<std::int8_t>{});
+    case dtype::int16: return f(element_tag<std::int16_t>{});
+    case dtype::int32: return f(element_tag<std::int32_t>{});
+    case dtype::int64: return f(element_tag<std::int64_t>{});
+    case dtype::uint8: return f(element_tag<std::uint8_t>{});
+    case dtype::uint16: return f(element_tag<std::uint16_t>{});
+    case dtype::uint32: return f(element_tag<std::uint32_t>{});
+    case dtype::uint64: return f(element_tag<std::uint64_t>{});
+    case dtype::float16: return f(element_tag<float16>{});
+    case dtype::bfloat16: return f(element_tag<bfloat16>{});
+    case dtype::float32: return f(element_tag<float>{});
+    case dtype::float64: return f(element_tag<double>{});
+    case dtype::complex64: return f(element_tag<std::complex<float>>{});
+    case dtype::complex128: return f(element_tag<std::complex<double>>{});
+    case dtype::string: case dtype::none: break;
+  }
+  return f(element_tag<void>{});
+}
+
+constexpr bool is_integer(dtype d) {
+  return d == dtype::int8 || d == dtype::int16 || d == dtype::int32 || d == dtype::int64 || d == dtype::uint8 ||
+         d == dtype::uint16 || d == dtype::uint32 || d == dtype::uint64;
+}
+constexpr bool is_signed_integer(dtype d) {
+  return d == dtype::int8 || d == dtype::int16 || d == dtype::int32 || d == dtype::int64;
+}
+constexpr bool is_real_floating(dtype d) {
+  return d == dtype::float16 || d == dtype::bfloat16 || d == dtype::float32 || d == dtype::float64;
+}
+constexpr bool is_complex(dtype d) { return d == dtype::complex64 || d == dtype::complex128; }
+constexpr bool is_floating(dtype d) { return is_real_floating(d) || is_complex(d); }
+
+// Significand bits a floating dtype keeps exactly (for int -> float and float -> float).
+constexpr int mantissa_bits(dtype d) {
+  switch (d) {
+    case dtype::float16: return 11;
+    case dtype::bfloat16: return 8;
+    case dtype::float32: case dtype::complex64: return 24;
+    case dtype::float64: case dtype::complex128: return 53;
+    default: return 0;
+  }
+}
+constexpr int exponent_range(dtype d) {  // max binary exponent, to compare ranges
+  switch (d) {
+    case dtype::float16: return 15;
+    case dtype::bfloat16: case dtype::float32: case dtype::complex64: return 127;
+    case dtype::float64: case dtype::complex128: return 1023;
+    default: return 0;
+  }
+}
+constexpr int value_bits(dtype d) {  // bits of magnitude an integer dtype holds
+  return static_cast<int>(dtype_size(d) * 8) - (is_signed_integer(d) ? 1 : 0);
+}
+
+enum class cast_kind {
+  exact,      // same dtype
+  lossless,   // every value converts exactly
+  checked,    // integer narrowing: allowed when every value fits
+  narrowing,  // floating narrowing: allowed only when asked for
+  forbidden,
+};
+
+constexpr cast_kind classify_cast(dtype from, dtype to) {
+  if (from == to) return cast_kind::exact;
+  if (!is_numeric(from) || !is_numeric(to) || from == dtype::bool_ || to == dtype::bool_) return cast_kind::forbidden;
+  if (is_integer(from) && is_integer(to)) {
+    const bool widening = is_signed_integer(from) ? is_signed_integer(to) && dtype_size(to) >= dtype_size(from)
+                                                  : value_bits(to) >= value_bits(from);
+    return widening ? cast_kind::lossless : cast_kind::checked;
+  }
+  if (is_integer(from) && is_floating(to))
+    return value_bits(from) <= mantissa_bits(to) ? cast_kind::lossless : cast_kind::narrowing;
+  if (is_floating(from) && is_integer(to)) return cast_kind::forbidden;
+  if (is_complex(from) && !is_complex(to)) return cast_kind::forbidden;  // would drop the imaginary part
+  const bool wider = mantissa_bits(to) >= mantissa_bits(from) && exponent_range(to) >= exponent_range(from);
+  return wider ? cast_kind::lossless : cast_kind::narrowing;
+}
+
+// Whether a leaf of dtype `from` may fill a target of dtype `to`; `requested` is the
+// dtype the caller asked for, which allows floating narrowing into it.
+constexpr bool cast_allowed(dtype from, dtype to, std::optional<dtype> requested) {
+  switch (classify_cast(from, to)) {
+    case cast_kind::exact: case cast_kind::lossless: case cast_kind::checked: return true;
+    case cast_kind::narrowing: return requested == to;
+    case cast_kind::forbidden: return false;
+  }
+  return false;
+}
+
+namespace detail {
+template <class To, class From>
+To convert_one(From v) {
+  if constexpr (std::is_same_v<From, bfloat16> || std::is_same_v<From, float16>) {
+    return convert_one<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, bfloat16> || std::is_same_v<To, float16>) {
+    if constexpr (std::is_same_v<From, double>) return To(static_cast<float>(v));
+    else return To(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, std::complex<float>> || std::is_same_v<To, std::complex<double>>) {
+    if constexpr (std::is_same_v<From, std::complex<float>> || std::is_same_v<From, std::complex<double>>)
+      return To(static_cast<typename To::value_type>(v.real()), static_cast<typename To::value_type>(v.imag()));
+    else
+      return To(static_cast<typename To::value_type>(v), 0);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+template <class To, class From>
+bool fits(From v) {
+  if constexpr (std::is_integral_v<To> && std::is_integral_v<From>) {
+    if constexpr (std::is_signed_v<From> == std::is_signed_v<To>) {
+      return v >= std::numeric_limits<To>::min() && v <= std::numeric_limits<To>::max();
+    } else if constexpr (std::is_signed_v<From>) {
+      return v >= 0 && static_cast<std::make_unsigned_t<From>>(v) <= std::numeric_limits<To>::max();
+    } else {
+      return v <= static_cast<std::make_unsigned_t<To>>(std::numeric_limits<To>::max());
+    }
+  } else {
+    (void)v;
+    return true;
+  }
+}
+}  // namespace detail
+
+// Converts n elements; returns the index of the first value that does not fit (for
+// integer narrowing), in which case dst is partly written.
+inline std::optional<std::size_t> convert_elements(dtype from, const std::byte* src, dtype to, std::byte* dst,
+                                                   std::size_t n) {
+  return visit_element_type(from, [&](auto ftag) -> std::optional<std::size_t> {
+    using From = typename decltype(ftag)::type;
+    return visit_element_type(to, [&](auto ttag) -> std::optional<std::size_t> {
+      using To = typename decltype(ttag)::type;
+      if constexpr (std::is_void_v<From> || std::is_void_v<To> || std::is_same_v<From, bool> ||
+                    std::is_same_v<To, bool> ||
+                    ((std::is_same_v<From, std::complex<float>> || std::is_same_v<From, std::complex<double>>) &&
+                     !(std::is_same_v<To, std::complex<float>> || std::is_same_v<To, std::complex<double>>)) ||
+                    (!std::is_integral_v<From> && std::is_integral_v<To>)) {
+        return std::size_t{0};  // classify_cast forbids these; never reached through it
+      } else {
+        for (std::size_t i = 0; i < n; ++i) {
+          From v;
+          std::memcpy(&v, src + i * sizeof(From), sizeof(From));
+          if (!detail::fits<To>(v)) return i;
+          const To out = detail::convert_one<To>(v);
+          std::memcpy(dst + i * sizeof(To), &out, sizeof(To));
+        }
+        return std::nullopt;
+      }
+    });
+  });
+}
+
+}  // namespace ckpt
