@@ -37,3 +37,4 @@
 #include <ckpt/format/native.hpp>
 #include <ckpt/save.hpp>
 #include <ckpt/restore.hpp>
+#include <ckpt/migrate.hpp>

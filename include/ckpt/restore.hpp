@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <memory>
 
-#include <ckpt/format/native.hpp>
+#include <ckpt/format/detect.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/tree/fill.hpp>
 #include <ckpt/tree/tree.hpp>
@@ -29,7 +29,7 @@ void restore_from_index(std::shared_ptr<const Index> index, T& target, const Res
   if (!path.empty() && !index->has_subtree(path)) throw MissingLeafError(index->checkpoint(), {path.str()});
   FillContext ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only},
                   opts.allow_missing);
-  fill(target, path, ctx);
+  fill_from_index(target, path, ctx);
   if (!ctx.missing.empty()) throw MissingLeafError(index->checkpoint(), std::move(ctx.missing));
 }
 }  // namespace detail

@@ -14,5 +14,5 @@ void f() { (void)ckpt::restore<Model>("/nonexistent/never-run"); }
 
 // expect: ckpt: the type of a field is neither a leaf nor a struct ckpt can reflect
 // expect: Model
-// expect-gcc: field_name_is<ckpt::detail::fixed_string<5>{"label"}>, const char*>
-// expect-clang: field_named<'l', 'a', 'b', 'e', 'l'>, const char *>
+// expect-gcc: text<ckpt::detail::fixed_string<5>{"label"}>, const char*>
+// expect-clang: text_chars<'l', 'a', 'b', 'e', 'l'>, const char *>

@@ -91,7 +91,7 @@ inline std::size_t sequence_length(const std::vector<std::string>& children, con
 }  // namespace detail
 
 template <class T>
-void fill(T& value, Path& path, FillContext& ctx) {
+void fill_from_index(T& value, Path& path, FillContext& ctx) {
   constexpr node::kind k = node::kind_v<T>;
   node::require_node<T>();
   if constexpr (k == node::kind::leaf) {
@@ -108,13 +108,13 @@ void fill(T& value, Path& path, FillContext& ctx) {
       value.reset();
     } else if (ctx.index.has_subtree(path)) {
       if (!value) value.emplace();
-      fill(*value, path, ctx);
+      fill_from_index(*value, path, ctx);
     } else {
       ctx.report_missing(path);
     }
   } else if constexpr (k == node::kind::tuple) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((path.push(std::to_string(I)), fill(std::get<I>(value), path, ctx), path.pop()), ...);
+      ((path.push(std::to_string(I)), fill_from_index(std::get<I>(value), path, ctx), path.pop()), ...);
     }(std::make_index_sequence<std::tuple_size_v<T>>{});
   } else if constexpr (k == node::kind::sequence) {
     const bool empty_node = ctx.is_empty_node(path);
@@ -133,7 +133,7 @@ void fill(T& value, Path& path, FillContext& ctx) {
     }
     for (std::size_t i = 0; i < n; ++i) {
       path.push(std::to_string(i));
-      fill(value[i], path, ctx);
+      fill_from_index(value[i], path, ctx);
       path.pop();
     }
   } else if constexpr (k == node::kind::map) {
@@ -148,13 +148,13 @@ void fill(T& value, Path& path, FillContext& ctx) {
       it = in_checkpoint.count(it->first) ? std::next(it) : value.erase(it);
     for (const auto& key : keys) {
       path.push(key);
-      fill(value[key], path, ctx);
+      fill_from_index(value[key], path, ctx);
       path.pop();
     }
   } else if constexpr (k == node::kind::structure) {
     reflect::for_each_field(value, [&](std::string_view name, auto& field) {
       path.push(std::string(name));
-      fill(field, path, ctx);
+      fill_from_index(field, path, ctx);
       path.pop();
     });
   }

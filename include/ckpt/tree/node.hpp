@@ -71,24 +71,6 @@ struct CKPT_ERROR_this_type_is_neither_a_leaf_nor_a_struct_ckpt_can_reflect;
 template <class Struct, class FieldName, class FieldType>
 struct CKPT_ERROR_the_type_of_this_field_is_neither_a_leaf_nor_a_struct_ckpt_can_reflect;
 
-// A field's name as a type the compiler prints legibly: GCC prints a string class
-// argument as "name"; clang 14 prints that as numbers, but prints chars.
-template <char... C>
-struct field_named {};
-template <detail::fixed_string Name>
-struct field_name_is {};
-template <class Struct, std::size_t I>
-consteval auto printable_field_name() {
-  constexpr std::string_view name = reflect::field_name<Struct, I>();
-#if defined(__clang__)
-  return []<std::size_t... J>(std::index_sequence<J...>) {
-    return field_named<name[J]...>{};
-  }(std::make_index_sequence<name.size()>{});
-#else
-  return field_name_is<detail::fixed_string<name.size()>(name, 0)>{};
-#endif
-}
-
 template <class T>
 inline constexpr bool always_false = false;
 
@@ -114,12 +96,13 @@ template <class Struct, std::size_t I>
 consteval void require_field() {
   using F = reflect::field_type<Struct, I>;
   if constexpr (kind_v<F> == kind::unsupported) {
+    constexpr std::string_view name = reflect::field_name<Struct, I>();
     static_assert(always_false<F>,
                   "\n\n******** ckpt: the type of a field is neither a leaf nor a struct ckpt can reflect. ********\n"
                   "The next error names the struct, the field and the field's type. Change the field's type, "
                   "leave the field out with a ckpt_fields customization, or specialize ckpt::leaf_codec for it.\n");
     (void)sizeof(CKPT_ERROR_the_type_of_this_field_is_neither_a_leaf_nor_a_struct_ckpt_can_reflect<
-                 Struct, decltype(printable_field_name<Struct, I>()), F>);
+                 Struct, detail::printable<detail::make_fixed_string<name.size()>(name)>, F>);
   } else {
     require_tree<F>();
   }

@@ -1,0 +1,289 @@
+// Restoring into new versions of a struct (migrations and chains), dynamic
+// transforms, dtype casts, lazy leaves and abstract (allocate-only) targets.
+#include "support.hpp"
+
+namespace migrate_test {
+
+struct Dense {
+  xt::xtensor<float, 2> kernel;
+  xt::xtensor<float, 1> bias;
+};
+
+// Version 1 of a training state.
+struct StateV1 {
+  std::int64_t step = 0;
+  Dense dense;
+  std::vector<float> mu;
+  float lr = 0;
+  std::vector<Dense> layers;
+  std::optional<std::int32_t> seed;
+  std::string dropped_note;  // gone in version 2
+};
+
+struct Schedule {
+  float lr = 0;
+  std::int64_t warmup = 0;
+};
+// Version 2: renamed leaves and subtrees, a new struct filled from the old value,
+// a widened dtype (kernel float32 -> float64), a dropped field.
+struct DenseV2 {
+  xt::xtensor<double, 2> kernel;
+  xt::xtensor<float, 1> bias;
+};
+struct StateV2 {
+  std::int64_t step = 0;
+  DenseV2 encoder;                 // was "dense"
+  std::vector<float> first_moment;  // was "mu"
+  Schedule schedule;               // lr moved in, warmup computed
+  std::vector<Dense> layers;
+  std::optional<std::int64_t> seed;  // int32 -> int64
+};
+// Version 3: the kernel flattened (a rank change) by a transform.
+struct EncoderV3 {
+  xt::xtensor<double, 1> kernel;
+  xt::xtensor<float, 1> bias;
+};
+struct StateV3 {
+  std::int64_t step = 0;
+  EncoderV3 encoder;
+  std::vector<float> first_moment;
+  Schedule schedule;
+  std::vector<Dense> layers;
+};
+
+StateV1 make_v1() {
+  StateV1 s;
+  s.step = 120;
+  s.dense.kernel = {{1, 2, 3}, {4, 5, 6}};
+  s.dense.bias = {0.5f, -0.5f, 1.5f};
+  s.mu = {0.1f, 0.2f};
+  s.lr = 0.25f;
+  s.layers = {{xt::ones<float>({2, 2}), xt::zeros<float>({2})}};
+  s.seed = 7;
+  s.dropped_note = "old";
+  return s;
+}
+
+const auto m12 = ckpt::migration<StateV1, StateV2>(
+    ckpt::rename<"dense", "encoder">, ckpt::rename<"mu", "first_moment">, ckpt::rename<"lr", "schedule.lr">,
+    ckpt::fill<"schedule.warmup">([](const StateV1& old) { return old.step / 10; }));
+
+const auto m23 = ckpt::migration<StateV2, StateV3>(ckpt::transform<"encoder.kernel">(
+    [](const xt::xtensor<double, 2>& k) { return xt::xtensor<double, 1>(xt::flatten(k)); }));
+
+void check_v2(const StateV2& r) {
+  CHECK(r.step == 120);
+  CHECK(r.encoder.kernel == xt::xtensor<double, 2>{{1, 2, 3}, {4, 5, 6}});
+  CHECK(r.encoder.bias == xt::xtensor<float, 1>{0.5f, -0.5f, 1.5f});
+  CHECK(r.first_moment == std::vector<float>{0.1f, 0.2f});
+  CHECK(r.schedule.lr == 0.25f);
+  CHECK(r.schedule.warmup == 12);
+  REQUIRE(r.layers.size() == 1);
+  CHECK(r.layers[0].kernel == xt::ones<float>({2, 2}));
+  CHECK(r.seed == std::optional<std::int64_t>(7));
+}
+
+}  // namespace migrate_test
+
+using namespace migrate_test;
+
+TEST_CASE("a migration restores an old checkpoint into the new struct") {
+  test::TempDir tmp;
+  ckpt::save(tmp / "v1", make_v1());
+  check_v2(ckpt::restore<StateV2>(tmp / "v1", m12));
+  StateV2 into;
+  ckpt::restore_into(tmp / "v1", into, m12);
+  check_v2(into);
+}
+
+TEST_CASE("a migration also accepts a checkpoint already in the new version") {
+  test::TempDir tmp;
+  ckpt::save(tmp / "v1", make_v1());
+  const StateV2 v2 = ckpt::restore<StateV2>(tmp / "v1", m12);
+  ckpt::save(tmp / "v2", v2);
+  check_v2(ckpt::restore<StateV2>(tmp / "v2", m12));
+}
+
+TEST_CASE("a checkpoint of another schema is refused, naming the first differing path") {
+  test::TempDir tmp;
+  struct Other {
+    std::int64_t step = 0;
+    xt::xtensor<float, 2> weights;
+  };
+  ckpt::save(tmp / "other", Other{});
+  try {
+    (void)ckpt::restore<StateV2>(tmp / "other", m12);
+    FAIL("expected ckpt::Error");
+  } catch (const ckpt::Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find((tmp / "other").string()) != std::string::npos);
+    CHECK(msg.find("first difference at weights") != std::string::npos);
+    CHECK(msg.find("dense.kernel") != std::string::npos);
+  }
+}
+
+TEST_CASE("a chain restores a checkpoint of any version into the newest") {
+  test::TempDir tmp;
+  const auto chain = ckpt::chain(m12, m23);
+  ckpt::save(tmp / "v1", make_v1());
+  const StateV2 v2 = ckpt::restore<StateV2>(tmp / "v1", m12);
+  ckpt::save(tmp / "v2", v2);
+  StateV3 v3 = ckpt::restore<StateV3>(tmp / "v2", chain);
+  ckpt::save(tmp / "v3", v3);
+  for (const char* dir : {"v1", "v2", "v3"}) {
+    CAPTURE(dir);
+    const StateV3 r = ckpt::restore<StateV3>(tmp / dir, chain);
+    CHECK(r.step == 120);
+    CHECK(r.encoder.kernel == xt::xtensor<double, 1>{1, 2, 3, 4, 5, 6});
+    CHECK(r.schedule.warmup == 12);
+    CHECK(r.first_moment.size() == 2);
+  }
+}
+
+TEST_CASE("dynamic transforms edit the tree before the restore and the snapshot before the save") {
+  test::TempDir tmp;
+  ckpt::save(tmp / "v1", make_v1());
+  // t5x-style state_transformation_fns: rename, drop and add leaves at run time.
+  const auto r = ckpt::restore<StateV3>(
+      tmp / "v1", {.transform = [](ckpt::Tree& t) {
+        CHECK(t.rename("dense", "encoder") == 2);
+        t.rename("mu", "first_moment");
+        t.rename("lr", "schedule.lr");
+        t.erase("dropped_note");
+        const auto k = t.leaf("encoder.kernel").as<xt::xarray<double>>();
+        t.set("encoder.kernel", xt::xtensor<double, 1>(xt::flatten(k)));
+        t.set("schedule.warmup", std::int64_t{99});
+      }});
+  CHECK(r.encoder.kernel == xt::xtensor<double, 1>{1, 2, 3, 4, 5, 6});
+  CHECK(r.schedule.warmup == 99);
+  CHECK(r.schedule.lr == 0.25f);
+  CHECK(r.first_moment == std::vector<float>{0.1f, 0.2f});
+
+  ckpt::save(tmp / "edited", make_v1(), {.transform = [](ckpt::Snapshot& s) {
+    CHECK(ckpt::rename_leaves(s, "dense", "encoder") == 2);
+    CHECK(ckpt::erase_leaves(s, "dropped_note") == 1);
+    ckpt::add_leaf(s, "extra", std::vector<int>{1, 2, 3});
+  }});
+  const auto md = ckpt::metadata(tmp / "edited");
+  CHECK(md.contains("encoder.kernel"));
+  CHECK_FALSE(md.contains("dense.kernel"));
+  CHECK_FALSE(md.contains("dropped_note"));
+  CHECK(md.leaf("extra").as<std::vector<int>>() == std::vector<int>{1, 2, 3});
+}
+
+TEST_CASE("save_dtype casts floating leaves on save, optionally only under a prefix") {
+  test::TempDir tmp;
+  StateV1 s = make_v1();
+  s.dense.kernel = {{1.0f, 1.00390625f, -2.5f}, {3.0f, 1e-3f, 65504.0f}};
+  ckpt::save(tmp / "all", s, {.save_dtype = ckpt::dtype::bfloat16});
+  ckpt::save(tmp / "dense", s, {.save_dtype = ckpt::dtype::float16, .save_dtype_prefix = "dense"});
+  const auto all = ckpt::metadata(tmp / "all");
+  CHECK(ckpt::dtype_name(all.leaf("dense.kernel").dtype()) == "bfloat16");
+  CHECK(ckpt::dtype_name(all.leaf("mu").dtype()) == "bfloat16");
+  CHECK(ckpt::dtype_name(all.leaf("lr").dtype()) == "bfloat16");
+  CHECK(ckpt::dtype_name(all.leaf("step").dtype()) == "int64");  // not floating: untouched
+  const auto dense = ckpt::metadata(tmp / "dense");
+  CHECK(ckpt::dtype_name(dense.leaf("dense.kernel").dtype()) == "float16");
+  CHECK(ckpt::dtype_name(dense.leaf("mu").dtype()) == "float32");
+
+  // A bfloat16 leaf restores into a float target by itself (a lossless widening).
+  const StateV1 r = ckpt::restore<StateV1>(tmp / "all");
+  CHECK(r.dense.kernel(0, 0) == 1.0f);
+  CHECK(r.dense.kernel(0, 1) == 1.0f);  // 1.00390625 rounded to even in bfloat16
+  CHECK(r.dense.kernel(0, 2) == -2.5f);
+  CHECK(r.dense.kernel(1, 2) == 65536.0f);
+  CHECK(r.lr == 0.25f);
+  CHECK(ckpt::restore<StateV1>(tmp / "dense").dense.kernel(1, 2) == 65504.0f);
+  CHECK_THROWS_AS(ckpt::save(tmp / "bad", s, {.save_dtype = ckpt::dtype::int8}), ckpt::Error);
+}
+
+TEST_CASE("a narrowing cast nobody asked for is a DtypeMismatchError naming the path") {
+  test::TempDir tmp;
+  struct Wide {
+    std::vector<double> x = {1.5, 2.5};
+    std::int64_t big = std::int64_t{1} << 40;
+    std::int64_t small = 12;
+  };
+  struct Narrow {
+    std::vector<float> x;
+    std::int32_t big = 0;
+    std::int32_t small = 0;
+  };
+  struct NarrowX {
+    std::vector<float> x;
+  };
+  struct NarrowSmall {
+    std::int8_t small = 0;
+  };
+  ckpt::save(tmp / "c", Wide{});
+  CHECK_THROWS_WITH_AS(ckpt::restore<NarrowX>(tmp / "c"), doctest::Contains("x: dtype float64 in checkpoint, float32"),
+                       ckpt::DtypeMismatchError);
+  const auto x = ckpt::restore<NarrowX>(tmp / "c", {.restore_dtype = ckpt::dtype::float32});
+  CHECK(x.x == std::vector<float>{1.5f, 2.5f});
+  CHECK_THROWS_WITH_AS(ckpt::restore<Narrow>(tmp / "c", {.restore_dtype = ckpt::dtype::float32}),
+                       doctest::Contains("big: element 0 does not fit in int32"), ckpt::DtypeMismatchError);
+  CHECK(ckpt::restore<NarrowSmall>(tmp / "c").small == 12);  // integer narrowing of values that fit
+}
+
+TEST_CASE("lazy leaves: shape and dtype at once, bytes on the first get()") {
+  test::TempDir tmp;
+  struct Big {
+    std::int64_t step = 3;
+    xt::xtensor<float, 2> w = xt::ones<float>({256, 256});
+    std::vector<double> v = std::vector<double>(5000, 2.0);
+  };
+  struct LazyBig {
+    std::int64_t step = 0;
+    ckpt::lazy<xt::xtensor<float, 2>> w;
+    ckpt::lazy<std::vector<double>> v;
+  };
+  ckpt::save(tmp / "c", Big{});
+  // Corrupt w's bytes: opening lazily must not notice, reading must.
+  const auto md = ckpt::metadata(tmp / "c");
+  auto data = test::read_bytes(tmp / "c" / "data-0");
+  data[10] ^= 1;
+  test::write_bytes(tmp / "c" / "data-0", data);
+
+  LazyBig l = ckpt::restore<LazyBig>(tmp / "c");
+  CHECK(l.step == 3);
+  CHECK(l.w.shape() == ckpt::Shape{256, 256});
+  CHECK(ckpt::dtype_name(l.w.dtype()) == "float32");
+  CHECK_FALSE(l.w.loaded());
+  CHECK_THROWS_AS(l.w.get(), ckpt::CorruptCheckpointError);
+  CHECK(l.v.get() == std::vector<double>(5000, 2.0));
+  CHECK(l.v.loaded());
+
+  const auto tree = ckpt::restore_tree(tmp / "c", {.lazy = true});
+  CHECK_FALSE(tree.leaf("w").loaded());
+  CHECK(tree.leaf("v").as<std::vector<double>>().size() == 5000);
+  CHECK_THROWS_AS(ckpt::restore_tree(tmp / "c"), ckpt::CorruptCheckpointError);
+
+  // A lazy leaf saves its value, and a wrong dtype shows at restore, not at get().
+  struct LazyWrong {
+    ckpt::lazy<std::vector<std::int32_t>> v;
+  };
+  CHECK_THROWS_AS(ckpt::restore<LazyWrong>(tmp / "c"), ckpt::DtypeMismatchError);
+  LazyBig fresh;
+  fresh.v = ckpt::lazy<std::vector<double>>(std::vector<double>{4, 5});
+  fresh.w = ckpt::lazy<xt::xtensor<float, 2>>(xt::xtensor<float, 2>{{1, 2}});
+  ckpt::save(tmp / "again", fresh);
+  CHECK(ckpt::restore<Big>(tmp / "again").v == std::vector<double>{4, 5});
+}
+
+TEST_CASE("allocate<T> sizes a target from metadata alone; restore_into then fills it in place") {
+  test::TempDir tmp;
+  StateV1 s = make_v1();
+  s.layers.resize(3);
+  ckpt::save(tmp / "c", s);
+  StateV1 target = ckpt::allocate<StateV1>(tmp / "c");
+  CHECK(target.dense.kernel.shape()[0] == 2);
+  CHECK(target.dense.kernel.shape()[1] == 3);
+  CHECK(target.dense.kernel == xt::zeros<float>({2, 3}));
+  CHECK(target.layers.size() == 3);
+  CHECK(target.step == 0);
+  const float* kernel_memory = target.dense.kernel.data();
+  ckpt::restore_into(tmp / "c", target);
+  CHECK(target.dense.kernel.data() == kernel_memory);
+  CHECK(target.dense.kernel == s.dense.kernel);
+  CHECK(target.step == 120);
+}
