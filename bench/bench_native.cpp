@@ -211,28 +211,35 @@ struct Row {
   double ratio = 0;    // throughput vs the baseline row above it (0: this is the baseline)
   std::string target;  // e.g. ">= 0.80x"
   bool pass = true;
+  double paired = 0;   // median over rounds of the per-round ratio (0: not computed)
 };
+// Median of base[i] / x[i]: each round's two runs saw the same machine load.
+double paired_ratio(const std::vector<double>& base, const std::vector<double>& x) {
+  std::vector<double> r;
+  for (std::size_t i = 0; i < base.size() && i < x.size(); ++i) r.push_back(base[i] / x[i]);
+  return median(r);
+}
 Row base_row(std::string group, std::string name, double s, double bytes) {
-  return {std::move(group), std::move(name), s, bytes, 0, "", true};
+  return {std::move(group), std::move(name), s, bytes, 0, "", true, 0};
 }
 Row vs_row(std::string group, std::string name, double s, double bytes, double base_s, std::string target = "",
            double min_ratio = 0) {
-  return {std::move(group), std::move(name), s, bytes, base_s / s, std::move(target), base_s / s >= min_ratio};
+  return {std::move(group), std::move(name), s, bytes, base_s / s, std::move(target), base_s / s >= min_ratio, 0};
 }
 
 void print_rows(const std::vector<Row>& rows) {
-  std::printf("\n%-22s %-34s %10s %8s %10s  %s\n", "", "", "median s", "GB/s", "vs base", "target");
+  std::printf("\n%-22s %-34s %10s %8s %10s %8s  %s\n", "", "", "median s", "GB/s", "vs base", "paired", "target");
   std::string last;
   for (const auto& r : rows) {
-    if (r.group != last) std::printf("%s\n", std::string(96, '-').c_str());
+    if (r.group != last) std::printf("%s\n", std::string(105, '-').c_str());
     std::printf("%-22s %-34s %10.3f %8.2f ", r.group == last ? "" : r.group.c_str(), r.name.c_str(), r.seconds,
                 r.bytes / r.seconds / 1e9);
-    if (r.ratio > 0) std::printf("%9.2fx  %s%s\n", r.ratio, r.target.c_str(),
+    if (r.ratio > 0) std::printf("%9.2fx %7.2fx  %s%s\n", r.ratio, r.paired, r.target.c_str(),
                                  r.target.empty() ? "" : (r.pass ? "  ok" : "  MISSED"));
     else std::printf("%10s\n", "baseline");
     last = r.group;
   }
-  std::printf("%s\n", std::string(96, '-').c_str());
+  std::printf("%s\n", std::string(105, '-').c_str());
 }
 
 }  // namespace
@@ -352,6 +359,7 @@ int main(int argc, char** argv) {
       const double base = median(plain_s), c = median(ckpt_s);
       rows.push_back(base_row("durable save", "plain write + fsync (1 file)", base, double(total)));
       rows.push_back(vs_row("durable save", "ckpt::save", c, double(total), base, ">= 0.80x", 0.8));
+      rows.back().paired = paired_ratio(plain_s, ckpt_s);
       if (splits)
         std::printf("  ckpt::save splits (medians): snapshot %.4f s, data+manifest+commit files %.3f s, "
                     "rename+dir fsyncs %.4f s\n",
@@ -414,9 +422,12 @@ int main(int argc, char** argv) {
       const double pb = median(pre_plain), pc = median(pre_ckpt), pn = median(pre_noverify);
       rows.push_back(base_row("restore (page cache)", "plain read, new buffer", fb, double(total)));
       rows.push_back(vs_row("restore (page cache)", "ckpt::restore<T>", fc, double(total), fb, ">= 0.80x", 0.8));
+      rows.back().paired = paired_ratio(fresh_plain, fresh_ckpt);
       rows.push_back(base_row("restore_into", "plain read, preallocated buffer", pb, double(total)));
       rows.push_back(vs_row("restore_into", "ckpt::restore_into", pc, double(total), pb, ">= 0.80x", 0.8));
+      rows.back().paired = paired_ratio(pre_plain, pre_ckpt);
       rows.push_back(vs_row("restore_into", "  (no checksum verification)", pn, double(total), pb));
+      rows.back().paired = paired_ratio(pre_plain, pre_noverify);
       remove_and_settle({plain_file, ckpt_dir});
     }
   }
@@ -461,13 +472,16 @@ int main(int argc, char** argv) {
     rows.push_back(base_row(g, "save, 1 leaf of the same size", o, bytes));
     rows.push_back(vs_row(g, "save, " + std::to_string(small_leaves) + " leaves", m, bytes, o,
                           "time <= 2x (>= 0.50x)", 0.5));
+    rows.back().paired = paired_ratio(one_s, many_s);
     rows.push_back(base_row(g + " ", "restore_into, 1 leaf", median(one_r), bytes));
     rows.push_back(vs_row(g + " ", "restore_into, " + std::to_string(small_leaves) + " leaves", median(many_r),
                           bytes, median(one_r)));
+    rows.back().paired = paired_ratio(one_r, many_r);
     std::printf("  small leaves: %d rounds; save time ratio many/one = %.2fx (target <= 2x)\n", n, m / o);
   }
 
   print_rows(rows);
-  std::printf("vs base: throughput relative to the baseline row above (time ratio inverted); >= 1 is faster.\n");
+  std::printf("vs base: baseline median time / this median time (throughput ratio; >= 1 is faster).\n"
+              "paired:  median over rounds of the same ratio taken within each round (robust to load drift).\n");
   return 0;
 }
