@@ -2,10 +2,15 @@
 //
 // Walking a value produces a Snapshot whose leaves point at the value's own memory,
 // so a synchronous save copies nothing. make_owned() gives it one copy of its own,
-// for saves that outlive the caller's state (async).
+// for saves that outlive the caller's state (async): make_owned(SnapshotBuffer&) puts
+// every leaf's bytes into one buffer that the next save reuses, so an async save costs
+// one memcpy into memory that is already mapped, and peak memory is state + one copy.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +26,31 @@ struct SnapshotLeaf {
   LeafBytes data;
 };
 
+// One allocation that holds the bytes of a whole snapshot; reused from save to save.
+class SnapshotBuffer {
+ public:
+  // At least n bytes; the old contents are not kept. Grows only (the old buffer is
+  // freed before the new one is allocated, so growing never holds two).
+  std::byte* reserve(std::size_t n) {
+    if (n > capacity_) {
+      data_.reset();
+      capacity_ = 0;
+      data_ = std::make_unique_for_overwrite<std::byte[]>(n);  // not zeroed: it is about to be overwritten
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+  std::size_t capacity() const noexcept { return capacity_; }
+  void release() noexcept {
+    data_.reset();
+    capacity_ = 0;
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t capacity_ = 0;
+};
+
 struct Snapshot {
   std::vector<SnapshotLeaf> leaves;
   std::string type_name;  // the saving C++ type, for people
@@ -34,6 +64,26 @@ struct Snapshot {
   }
   void make_owned() {
     for (auto& l : leaves) l.data.make_owned();
+  }
+  // Copies every borrowed leaf into buf (one allocation, each leaf 64-byte aligned) and
+  // points the leaves at it; the snapshot then depends on buf, not on the value.
+  void make_owned(SnapshotBuffer& buf) {
+    constexpr std::size_t align = 64;
+    auto borrowed = [](const SnapshotLeaf& l) {
+      return !l.data.view.empty() && (l.data.storage.empty() || l.data.view.data() != l.data.storage.data());
+    };
+    std::size_t total = 0;
+    for (const auto& l : leaves)
+      if (borrowed(l)) total += (l.data.view.size() + align - 1) / align * align;
+    std::byte* base = buf.reserve(total);
+    std::size_t at = 0;
+    for (auto& l : leaves) {
+      if (!borrowed(l)) continue;
+      const std::size_t n = l.data.view.size();
+      std::memcpy(base + at, l.data.view.data(), n);
+      l.data.view = {base + at, n};
+      at += (n + align - 1) / align * align;
+    }
   }
 };
 
