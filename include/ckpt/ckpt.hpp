@@ -6,6 +6,8 @@
 // The pipeline, in the order data flows on save: tree/ (reflect a struct into
 // paths), leaf/ (a value into dtype, shape and bytes), snapshot.hpp, format/
 // (bytes into files), io/ (files, fsync, atomic commit); and back through index.hpp.
+// Above them, manager.hpp numbers steps in a root directory, with exec/ (sync or
+// async saves) and retain/ (which steps to save and which to keep).
 #pragma once
 
 #include <ckpt/version.hpp>
@@ -38,3 +40,11 @@
 #include <ckpt/save.hpp>
 #include <ckpt/restore.hpp>
 #include <ckpt/migrate.hpp>
+
+#include <ckpt/exec/executor.hpp>
+#include <ckpt/exec/sync_save.hpp>
+#include <ckpt/exec/async_save.hpp>
+#include <ckpt/retain/record.hpp>
+#include <ckpt/retain/save_decision.hpp>
+#include <ckpt/retain/keep.hpp>
+#include <ckpt/manager.hpp>

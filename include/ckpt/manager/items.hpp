@@ -1,0 +1,121 @@
+// ckpt/manager/items.hpp — values saved beside the state in the same step, restorable alone.
+//
+// What Orbax's Composite and t5x's dataset checkpoints are for: a data-iterator
+// position, a JSON config. Each item is named; a tree item (any type ckpt can save)
+// becomes a checkpoint of its own in <step>/items/<name>/, a JSON item the file
+// <step>/items/<name>.json. Both are written into the staging directory before the
+// step commits, so a step has all its items or does not exist.
+//
+//   mgr.save(step, state, metrics, {.items = {{"dataset", ckpt::tree_item(pos)},
+//                                             {"config", ckpt::json_item(cfg)}}});
+//   auto pos = mgr.restore_item<DataPosition>(step, "dataset");
+//   auto cfg = mgr.item_json(step, "config");
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include <ckpt/error.hpp>
+#include <ckpt/io/file.hpp>
+#include <ckpt/options.hpp>
+#include <ckpt/snapshot.hpp>
+#include <ckpt/tree/node.hpp>
+
+namespace ckpt {
+
+class Item {
+ public:
+  enum class kind { tree, json };
+
+  template <class T>
+  static Item tree(const T& value) {
+    node::require_tree<T>();
+    Item i(kind::tree);
+    i.snapshot_ = take_snapshot(value);
+    return i;
+  }
+  static Item json(nlohmann::json value) {
+    Item i(kind::json);
+    i.json_ = std::move(value);
+    return i;
+  }
+
+  kind type() const noexcept { return kind_; }
+  const Snapshot& snapshot() const noexcept { return snapshot_; }
+  const nlohmann::json& json_value() const noexcept { return json_; }
+  // Copies the bytes a tree item borrows, for a save that outlives the value.
+  void make_owned() { snapshot_.make_owned(); }
+
+ private:
+  explicit Item(kind k) : kind_(k) {}
+  kind kind_;
+  Snapshot snapshot_;
+  nlohmann::json json_;
+};
+
+// A value of any type ckpt can save, stored as a checkpoint of its own.
+template <class T>
+Item tree_item(const T& value) {
+  return Item::tree(value);
+}
+// A JSON value, stored as a .json file.
+inline Item json_item(nlohmann::json value) { return Item::json(std::move(value)); }
+
+using Items = std::map<std::string, Item>;
+
+namespace manager_detail {
+
+inline constexpr const char* items_dir = "items";
+
+// Item names become file names: keep them to [A-Za-z0-9_.-], not starting with '.',
+// so that no name can reach outside the step directory.
+inline bool valid_item_name(std::string_view name) {
+  if (name.empty() || name.size() > 200 || name.front() == '.') return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+inline void check_item_name(const std::filesystem::path& where, std::string_view name) {
+  if (!valid_item_name(name))
+    throw Error(where.string(), "",
+                "invalid item name \"" + std::string(name) +
+                    "\" (use letters, digits, '_', '-' and '.', not starting with '.')");
+}
+
+inline std::string_view kind_name(Item::kind k) { return k == Item::kind::tree ? "tree" : "json"; }
+
+// Writes every item into <step_dir>/items/, durably; step_dir is still a staging directory.
+template <class Format>
+void write_items(const std::filesystem::path& step_dir, const Items& items, const SaveOptions& opts) {
+  if (items.empty()) return;
+  const auto dir = step_dir / items_dir;
+  std::error_code ec;
+  std::filesystem::create_directory(dir, ec);
+  if (ec) throw Error(dir.string(), "", "cannot create the items directory: " + ec.message());
+  for (const auto& [name, item] : items) {
+    check_item_name(step_dir, name);
+    if (item.type() == Item::kind::tree) {
+      const auto sub = dir / name;
+      std::filesystem::create_directory(sub, ec);
+      if (ec) throw Error(sub.string(), "", "cannot create the item's directory: " + ec.message());
+      Format::write(item.snapshot(), sub, opts);
+      io::sync_dir(sub);
+    } else {
+      const std::string text = item.json_value().dump(1);
+      io::write_file_synced(dir / (name + ".json"), std::as_bytes(std::span(text)));
+    }
+  }
+  io::sync_dir(dir);
+}
+
+}  // namespace manager_detail
+}  // namespace ckpt

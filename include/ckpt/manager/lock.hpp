@@ -1,0 +1,53 @@
+// ckpt/manager/lock.hpp — one writing manager per root directory, across processes.
+//
+// flock() on <root>/.ckpt-manager.lock: the kernel drops the lock when the process
+// dies, so a crash never leaves a root locked. flock locks belong to the open file
+// description, so a second manager in the same process is refused as well. The file
+// holds the owner's pid, for the error message only.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include <ckpt/error.hpp>
+#include <ckpt/io/file.hpp>
+
+namespace ckpt::manager_detail {
+
+inline constexpr const char* lock_file_name = ".ckpt-manager.lock";
+
+class RootLock {
+ public:
+  explicit RootLock(const std::filesystem::path& root) {
+    const auto path = root / lock_file_name;
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) io::throw_errno("cannot open the manager's lock file", path);
+    file_ = io::File(fd);
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK) io::throw_errno("cannot lock", path);
+      throw Error(root.string(), "",
+                  "another CheckpointManager has this directory open for writing (" + owner(fd) +
+                      " holds " + lock_file_name + "); open it with .read_only = true to read it meanwhile");
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
+  }
+
+ private:
+  static std::string owner(int fd) {
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    std::string pid(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    return pid.empty() ? std::string("a process") : "process " + pid;
+  }
+  io::File file_;
+};
+
+}  // namespace ckpt::manager_detail

@@ -1,0 +1,93 @@
+// ckpt/manager/step_metadata.hpp — what a manager stores with each step, beside the state.
+//
+// <step>/_CHECKPOINT_METADATA is a JSON object (the file name and most keys are
+// Orbax's):
+//   {"step": 42, "format": "native",
+//    "init_timestamp_nsecs": ..., "commit_timestamp_nsecs": ...,   // since the Unix epoch
+//    "metrics": {"eval/loss": 0.31}, "custom_metadata": {...},
+//    "items": {"dataset": "tree", "config": "json"}}
+// It is written into the staging directory before the commit, so it appears with the step.
+// Non-finite metrics are not stored (the manager drops them; null reads back as absent).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include <ckpt/error.hpp>
+#include <ckpt/io/file.hpp>
+#include <ckpt/retain/record.hpp>
+
+namespace ckpt::manager_detail {
+
+inline constexpr const char* step_metadata_file = "_CHECKPOINT_METADATA";
+// A metadata file larger than this is refused as corrupt (it holds a few numbers and the user's JSON).
+inline constexpr std::uint64_t max_step_metadata_bytes = std::uint64_t{64} << 20;
+
+struct StepMetadata {
+  std::int64_t step = 0;
+  std::string format;
+  std::int64_t init_timestamp_nsecs = 0;
+  std::int64_t commit_timestamp_nsecs = 0;
+  Metrics metrics{};
+  nlohmann::json custom_metadata{};  // null when none was given
+  std::map<std::string, std::string> items{};
+
+  std::chrono::system_clock::time_point init_time() const {
+    return std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(init_timestamp_nsecs)));
+  }
+};
+
+inline std::int64_t now_nsecs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+inline std::string encode(const StepMetadata& m) {
+  nlohmann::json j = {{"step", m.step},
+                      {"format", m.format},
+                      {"init_timestamp_nsecs", m.init_timestamp_nsecs},
+                      {"commit_timestamp_nsecs", m.commit_timestamp_nsecs},
+                      {"metrics", nlohmann::json::object()},
+                      {"custom_metadata", m.custom_metadata},
+                      {"items", m.items}};
+  for (const auto& [k, v] : m.metrics) j["metrics"][k] = v;  // NaN and infinities become null
+  return j.dump(1);
+}
+
+inline void write_step_metadata(const std::filesystem::path& dir, const StepMetadata& m) {
+  const std::string text = encode(m);
+  io::write_file_synced(dir / step_metadata_file, std::as_bytes(std::span(text)));
+}
+
+// Reads <dir>/_CHECKPOINT_METADATA; any problem is a CorruptCheckpointError naming dir.
+inline StepMetadata read_step_metadata(const std::filesystem::path& dir) {
+  const auto bytes = io::read_file(dir / step_metadata_file, max_step_metadata_bytes);
+  StepMetadata m;
+  try {
+    const auto j = nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
+                                         reinterpret_cast<const char*>(bytes.data()) + bytes.size());
+    if (!j.is_object()) throw std::runtime_error("not a JSON object");
+    m.step = j.at("step").get<std::int64_t>();
+    m.format = j.value("format", std::string());
+    m.init_timestamp_nsecs = j.value("init_timestamp_nsecs", std::int64_t{0});
+    m.commit_timestamp_nsecs = j.value("commit_timestamp_nsecs", std::int64_t{0});
+    if (const auto it = j.find("metrics"); it != j.end() && !it->is_null())
+      for (const auto& [k, v] : it->items())
+        if (v.is_number()) m.metrics[k] = v.get<double>();
+    if (const auto it = j.find("custom_metadata"); it != j.end()) m.custom_metadata = *it;
+    if (const auto it = j.find("items"); it != j.end() && !it->is_null())
+      m.items = it->get<std::map<std::string, std::string>>();
+  } catch (const std::exception& e) {
+    throw CorruptCheckpointError(dir.string(), "",
+                                 std::string(step_metadata_file) + " is not valid step metadata: " + e.what());
+  }
+  return m;
+}
+
+}  // namespace ckpt::manager_detail
