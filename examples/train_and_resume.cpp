@@ -1,20 +1,23 @@
-// train_and_resume — a small model trained with xtensor, checkpointed with ckpt.
+// train_and_resume — a small model trained with xtensor, checkpointed with ckpt's
+// CheckpointManager.
 //
 //   train_and_resume DIR [STEPS]
 //
 // Trains a two-layer perceptron with Adam on a synthetic regression task for STEPS
-// more steps (default 150), saving the whole training state (parameters, Adam
-// moments, step, random engine, data position, config) every 50 steps into
-// DIR/step_<n>. Run it again with the same DIR: it finds the newest checkpoint,
-// restores it and carries on where it stopped, with the same random stream and
-// data order, so the losses continue as if it had never stopped.
+// more steps (default 150). Every 50 steps it measures the loss on held-out data and
+// hands the whole training state (parameters, Adam moments, step, random engine, data
+// position, config) to the manager, which copies it and writes DIR/step_<n> in the
+// background (async_save) while training goes on, keeping the two best steps by
+// eval/loss plus the latest. Run it again with the same DIR: it restores the latest
+// step and carries on where it stopped, with the same random stream and data order,
+// so the losses continue as if it had never stopped. SIGTERM (a preemption notice)
+// makes it save the current step and exit cleanly.
 #include <ckpt/ckpt.hpp>
 
 #include <xtensor/xmath.hpp>
 #include <xtensor/xrandom.hpp>
 #include <xtensor/xview.hpp>
 
-#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -79,15 +82,20 @@ TrainState fresh_state() {
 }
 
 // The task: y = sin(x . w) + 0.1 * |x|^2, from a fixed data set.
+// The same w for every seed: seed 7 is the training set, another seed held-out data.
 struct DataSet {
   xt::xtensor<float, 2> x;
   xt::xtensor<float, 1> y;
-  DataSet() {
+  explicit DataSet(unsigned seed = 7, std::size_t n = n_examples) {
     xt::random::seed(7);
     x = xt::random::randn<float>({n_examples, n_in});
     const xt::xtensor<float, 1> w = xt::random::randn<float>({n_in});
-    y = xt::zeros<float>({n_examples});
-    for (std::size_t i = 0; i < n_examples; ++i) {
+    if (seed != 7) {
+      xt::random::seed(seed);
+      x = xt::random::randn<float>({n, n_in});
+    }
+    y = xt::zeros<float>({n});
+    for (std::size_t i = 0; i < n; ++i) {
       float dot = 0, sq = 0;
       for (std::size_t j = 0; j < n_in; ++j) {
         dot += x(i, j) * w(j);
@@ -163,18 +171,12 @@ float train_step(TrainState& s, const DataSet& data, std::vector<std::size_t>& o
   return loss;
 }
 
-// The newest DIR/step_<n> that is a complete checkpoint (has its commit marker).
-std::optional<std::pair<std::int64_t, fs::path>> latest_checkpoint(const fs::path& dir) {
-  std::optional<std::pair<std::int64_t, fs::path>> best;
-  if (!fs::is_directory(dir)) return best;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step_", 0) != 0 || !fs::exists(e.path() / "commit")) continue;
-    std::int64_t step = 0;
-    const auto [p, ec] = std::from_chars(name.data() + 5, name.data() + name.size(), step);
-    if (ec == std::errc() && p == name.data() + name.size() && (!best || step > best->first)) best = {{step, e.path()}};
-  }
-  return best;
+// Mean squared error on held-out examples; reads the parameters only.
+float eval_loss(const Params& p, const DataSet& held_out) {
+  const xt::xtensor<float, 2> act = xt::maximum(matmul(held_out.x, p.hidden.kernel) + p.hidden.bias, 0.0f);
+  const xt::xtensor<float, 2> pred = matmul(act, p.out.kernel) + p.out.bias;
+  const xt::xtensor<float, 1> err = xt::col(pred, 0) - held_out.y;
+  return xt::mean(err * err)();
 }
 
 }  // namespace
@@ -186,16 +188,25 @@ int main(int argc, char** argv) {
   }
   const fs::path dir = argv[1];
   const std::int64_t steps = argc > 2 ? std::stoll(argv[2]) : 150;
-  const std::int64_t save_every = 50;
 
   try {
     const DataSet data;
+    const DataSet held_out(8, 512);
+    // Policies are types (async saves), the numbers are options: save every 50 steps,
+    // keep the 2 best by eval/loss plus the latest, name steps step_<n>.
+    ckpt::CheckpointManager<TrainState, ckpt::async_save> mgr(
+        dir, {.max_to_keep = 2,
+              .best_metric = "eval/loss",
+              .best_mode = ckpt::BestMode::min,
+              .save_interval_steps = 50,
+              .step_prefix = "step_"});
+
     TrainState state;
-    if (auto latest = latest_checkpoint(dir)) {
-      state = ckpt::restore<TrainState>(latest->second);
-      const auto md = ckpt::metadata(latest->second);
+    if (const auto latest = mgr.latest_step()) {
+      state = mgr.restore(*latest);
+      const auto md = ckpt::metadata(mgr.step_directory(*latest));
       std::printf("resumed from %s at step %lld (epoch %lld, example %lld; %zu leaves)\n",
-                  latest->second.c_str(), static_cast<long long>(state.step),
+                  mgr.step_directory(*latest).c_str(), static_cast<long long>(state.step),
                   static_cast<long long>(state.data.epoch), static_cast<long long>(state.data.offset), md.size());
     } else {
       state = fresh_state();
@@ -212,12 +223,25 @@ int main(int argc, char** argv) {
         std::printf("step %4lld  loss %.4f\n", static_cast<long long>(state.step), running / 10);
         running = 0;
       }
-      if (state.step % save_every == 0) {
-        const fs::path where = dir / ("step_" + std::to_string(state.step));
-        ckpt::save(where, state, {.force = true});
-        std::printf("saved %s\n", where.c_str());
+      // should_save: on the interval, or anything after SIGTERM. save() blocks only
+      // while it copies the state; the write runs beside the next steps.
+      if (mgr.should_save(state.step)) {
+        const float eval = eval_loss(state.params, held_out);
+        mgr.save(state.step, state, {{"eval/loss", eval}},
+                 {.items = {{"config", ckpt::json_item({{"hidden", n_hidden}, {"batch", batch}})}}});
+        std::printf("saving %s (eval/loss %.4f)\n", mgr.step_directory(state.step).c_str(), eval);
+      }
+      if (mgr.reached_preemption(state.step)) {
+        mgr.wait_until_finished();
+        std::printf("SIGTERM: step %lld is saved, exiting\n", static_cast<long long>(state.step));
+        return 0;
       }
     }
+    mgr.wait_until_finished();
+    std::printf("kept:");
+    for (const auto step : mgr.all_steps())
+      std::printf(" step_%lld (eval/loss %.4f)", static_cast<long long>(step), mgr.metrics(step).at("eval/loss"));
+    std::printf("; best: step_%lld\n", static_cast<long long>(mgr.best_step().value_or(-1)));
   } catch (const ckpt::Error& e) {
     std::fprintf(stderr, "ckpt error: %s\n", e.what());
     return 1;
