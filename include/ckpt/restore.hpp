@@ -27,10 +27,12 @@ void restore_from_index(std::shared_ptr<const Index> index, T& target, const Res
   index = index_for(std::move(index), opts);
   Path path = Path::parse(opts.subtree);
   if (!path.empty() && !index->has_subtree(path)) throw MissingLeafError(index->checkpoint(), {path.str()});
-  FillContext ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only},
+  exec::ReadQueue reads;
+  FillContext ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only, &reads},
                   opts.allow_missing);
-  fill_from_index(target, path, ctx);
+  fill_from_index(target, path, ctx);  // sizes the target and queues the reads
   if (!ctx.missing.empty()) throw MissingLeafError(index->checkpoint(), std::move(ctx.missing));
+  reads.run();
 }
 }  // namespace detail
 

@@ -91,6 +91,10 @@ class LeafSource {
   virtual std::optional<ckpt::dtype> requested_dtype() const { return std::nullopt; }
   // True when only shapes are wanted (allocating an abstract target): reads give zeros.
   virtual bool shape_only() const { return false; }
+  // Like read_into, but the read may happen later, before the restore returns: the
+  // caller must not look at dst until then. Restores batch reads this way to run
+  // them in parallel.
+  virtual void read_into_deferred(std::span<std::byte> dst) const { read_into(dst); }
   // A copy that stays valid after the restore returns (for lazy leaves); null when the
   // source cannot outlive the call.
   virtual std::shared_ptr<const LeafSource> retain() const { return nullptr; }
@@ -131,7 +135,11 @@ class LeafSource {
       std::memset(dst.data(), 0, dst.size());
       return;
     }
-    if (type() == target) return read_into(dst);
+    if (type() == target) {
+      // Bools are checked right after reading (codecs look at the bytes): read them now.
+      if (target == dtype::bool_) return read_into(dst);
+      return read_into_deferred(dst);
+    }
     expect_castable(target);
     const std::size_t n = dst.size() / dtype_size(target);
     if (byte_length() != n * dtype_size(type())) fail_shape(shape());

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <ckpt/exec/parallel_reads.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/tree/node.hpp>
 #include <ckpt/tree/path.hpp>
@@ -26,6 +27,7 @@ struct ReadSettings {
   bool verify_checksums = true;
   std::optional<dtype> requested_dtype{};
   bool shape_only = false;  // allocate targets without reading (abstract restore)
+  exec::ReadQueue* queue = nullptr;  // where deferred reads go; null: read at once
 };
 
 // One entry of an Index, seen by a leaf codec. It shares ownership of the Index so
@@ -38,13 +40,19 @@ class IndexLeafSource final : public LeafSource {
   const Shape& shape() const override { return e_.shape; }
   std::uint64_t byte_length() const override { return e_.length; }
   void read_into(std::span<std::byte> dst) const override { index_->read(e_, dst, settings_.verify_checksums); }
+  void read_into_deferred(std::span<std::byte> dst) const override {
+    if (settings_.queue) settings_.queue->push(*index_, e_, dst, settings_.verify_checksums);
+    else read_into(dst);
+  }
   const std::string& checkpoint() const override { return index_->checkpoint(); }
   std::string path() const override { return e_.path.str(); }
   bool check_dynamic_shapes() const override { return settings_.check_dynamic_shapes; }
   std::optional<dtype> requested_dtype() const override { return settings_.requested_dtype; }
   bool shape_only() const override { return settings_.shape_only; }
   std::shared_ptr<const LeafSource> retain() const override {
-    return std::make_shared<IndexLeafSource>(index_, e_, settings_);
+    ReadSettings later = settings_;
+    later.queue = nullptr;  // a lazy leaf reads when asked, long after this restore
+    return std::make_shared<IndexLeafSource>(index_, e_, later);
   }
 
  private:

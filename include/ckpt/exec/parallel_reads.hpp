@@ -1,0 +1,73 @@
+// ckpt/exec/parallel_reads.hpp — the reads of one restore, run on several threads.
+//
+// A restore first walks the target, sizing every array and queueing "read entry e
+// into this memory"; then the queue runs, biggest leaves first, on up to one thread
+// per core. Each thread reads and verifies whole leaves, so reading (a kernel copy)
+// and checksumming (xxh3) of different leaves overlap instead of adding up.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include <ckpt/index.hpp>
+
+namespace ckpt::exec {
+
+class ReadQueue {
+ public:
+  void push(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) {
+    jobs_.push_back({&index, &e, dst, verify});
+    bytes_ += dst.size();
+  }
+
+  // Runs every queued read; rethrows the first failure after all threads stop.
+  void run() {
+    std::sort(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); });
+    // Threads pay off only for sizeable restores.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const unsigned threads = bytes_ < (std::size_t{16} << 20) ? 1u : std::min({cores, 8u, static_cast<unsigned>(jobs_.size())});
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr error;
+    std::mutex error_mutex;
+    auto worker = [&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < jobs_.size();) {
+        const Job& j = jobs_[i];
+        try {
+          j.index->read(*j.entry, j.dst, j.verify);
+        } catch (...) {
+          const std::lock_guard lock(error_mutex);
+          if (!error) error = std::current_exception();
+          next = jobs_.size();  // stop handing out work
+        }
+      }
+    };
+    if (threads <= 1) {
+      worker();
+    } else {
+      std::vector<std::jthread> pool;
+      for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+      worker();
+    }
+    jobs_.clear();
+    bytes_ = 0;
+    if (error) std::rethrow_exception(error);
+  }
+
+ private:
+  struct Job {
+    const Index* index;
+    const IndexEntry* entry;
+    std::span<std::byte> dst;
+    bool verify;
+  };
+  std::vector<Job> jobs_;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace ckpt::exec
