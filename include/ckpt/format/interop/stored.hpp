@@ -1,0 +1,164 @@
+// ckpt/format/interop/stored.hpp — the Index side shared by the formats of the JAX world.
+//
+// A leaf of a Flax, t5x, Orbax or zarr checkpoint lives in one of three places: bytes
+// inside a parsed file (msgpack), several such pieces (Flax's chunked arrays), or a
+// zarr array directory. IndexBuilder collects entries and where each one lives; the
+// Reader it makes fetches them. These formats carry no checksums: `verify` has
+// nothing to check beyond the decoding itself, which always validates sizes.
+#pragma once
+
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <ckpt/format/zarr/array.hpp>
+#include <ckpt/index.hpp>
+#include <ckpt/snapshot.hpp>
+
+namespace ckpt::interop {
+
+namespace fs = std::filesystem;
+
+struct Stored {
+  std::vector<std::span<const std::byte>> pieces;  // in-memory bytes, concatenated
+  bool swap = false;                                // big-endian pieces
+  fs::path array_dir;                               // set: a zarr array
+  zarr::ArrayMeta meta;
+};
+
+class Reader final : public IndexReader {
+ public:
+  explicit Reader(std::vector<Stored> stored) : stored_(std::move(stored)) {}
+
+  void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool) const override {
+    const auto i = static_cast<std::size_t>(&e - index.entries().data());
+    if (&e < index.entries().data() || i >= stored_.size())
+      throw Error(index.checkpoint(), e.path.str(), "entry does not belong to this index");
+    const Stored& s = stored_[i];
+    auto fail = [&](const std::string& w) { throw CorruptCheckpointError(index.checkpoint(), e.path.str(), w); };
+    if (!s.array_dir.empty()) {
+      zarr::read_array(s.array_dir, s.meta, dst, fail);
+      return;
+    }
+    std::size_t at = 0;
+    for (auto p : s.pieces) {
+      if (p.size() > dst.size() - at) fail("stored bytes exceed the leaf's size");
+      std::copy(p.begin(), p.end(), dst.begin() + static_cast<std::ptrdiff_t>(at));
+      at += p.size();
+    }
+    if (at != dst.size()) fail("stored bytes fall short of the leaf's size");
+    if (s.swap) zarr::detail::byteswap(dst, dtype_size(e.type), e.type);
+  }
+
+ private:
+  std::vector<Stored> stored_;
+};
+
+class IndexBuilder {
+ public:
+  explicit IndexBuilder(std::string checkpoint) : checkpoint_(std::move(checkpoint)) {}
+
+  const std::string& checkpoint() const { return checkpoint_; }
+
+  void add_bytes(Path p, dtype t, Shape shape, std::vector<std::span<const std::byte>> pieces, bool swap = false) {
+    IndexEntry e;
+    e.path = std::move(p);
+    e.type = t;
+    e.shape = std::move(shape);
+    std::uint64_t n = 0;
+    for (auto s : pieces) n += s.size();
+    e.length = n;
+    if (pieces.size() == 1) e.inline_bytes = pieces[0];
+    e.codec = "inline";
+    check_length(e);
+    entries_.push_back(std::move(e));
+    Stored s;
+    s.pieces = std::move(pieces);
+    s.swap = swap;
+    stored_.push_back(std::move(s));
+  }
+
+  void add_none(Path p) { add_bytes(std::move(p), dtype::none, {}, {}); }
+
+  void add_string(Path p, std::string text) {
+    const std::string& s = strings_->emplace_back(std::move(text));
+    add_bytes(std::move(p), dtype::string, {}, {std::as_bytes(std::span(s.data(), s.size()))});
+  }
+
+  // Memory the entries' spans point into, kept alive by the Index.
+  void keep(std::shared_ptr<const void> k) { keep_.push_back(std::move(k)); }
+
+  void add_zarr(Path p, const fs::path& dir, std::string rel, zarr::ArrayMeta meta) {
+    IndexEntry e;
+    e.path = std::move(p);
+    e.type = meta.type;
+    e.shape = meta.shape;
+    e.length = meta.bytes();
+    e.file = std::move(rel);
+    e.codec = std::string("zarr/") + io::codec_name(meta.compressor);
+    entries_.push_back(std::move(e));
+    Stored s;
+    s.array_dir = dir;
+    s.meta = std::move(meta);
+    stored_.push_back(std::move(s));
+  }
+
+  std::shared_ptr<const Index> build(IndexInfo info) {
+    keep_.push_back(strings_);
+    auto all = std::make_shared<std::vector<std::shared_ptr<const void>>>(std::move(keep_));
+    return std::make_shared<const Index>(checkpoint_, std::move(info), std::move(entries_),
+                                         std::make_shared<Reader>(std::move(stored_)), std::move(all));
+  }
+
+ private:
+  void check_length(const IndexEntry& e) const {
+    if (!is_numeric(e.type)) return;
+    const std::int64_t n = element_count(e.shape);
+    if (n < 0 || static_cast<std::uint64_t>(n) > e.length / dtype_size(e.type) ||
+        static_cast<std::uint64_t>(n) * dtype_size(e.type) != e.length)
+      throw CorruptCheckpointError(checkpoint_, e.path.str(),
+                                   "shape " + shape_str(e.shape) + " of " + std::string(dtype_name(e.type)) + " needs " +
+                                       (n < 0 ? std::string("too many") : std::to_string(n)) + " elements but " +
+                                       std::to_string(e.length) + " bytes are stored");
+  }
+
+  std::string checkpoint_;
+  std::vector<IndexEntry> entries_;
+  std::vector<Stored> stored_;
+  std::shared_ptr<std::deque<std::string>> strings_ = std::make_shared<std::deque<std::string>>();
+  std::vector<std::shared_ptr<const void>> keep_;
+};
+
+// The leaves of a Snapshot as a tree, for writers of nested formats (msgpack maps,
+// directories): children in first-appearance order.
+struct SnapNode {
+  std::vector<std::pair<std::string, SnapNode>> children;
+  const SnapshotLeaf* leaf = nullptr;
+
+  SnapNode& child(const std::string& k) {
+    for (auto& [name, n] : children)
+      if (name == k) return n;
+    children.emplace_back(k, SnapNode{});
+    return children.back().second;
+  }
+};
+
+// Nests a snapshot's leaves; a path both a leaf and an inner node is an error.
+inline SnapNode snapshot_tree(const Snapshot& snap, const std::string& checkpoint) {
+  SnapNode root;
+  for (const auto& l : snap.leaves) {
+    SnapNode* n = &root;
+    for (const auto& seg : l.path.segments()) {
+      if (n->leaf) throw Error(checkpoint, l.path.str(), "path lies under another leaf");
+      n = &n->child(seg);
+    }
+    if (n->leaf || !n->children.empty()) throw Error(checkpoint, l.path.str(), "path is both a leaf and an inner node");
+    n->leaf = &l;
+  }
+  return root;
+}
+
+}  // namespace ckpt::interop

@@ -1,0 +1,131 @@
+// ckpt/format/zarr.hpp — ckpt::zarr_v2: a zarr v2 group hierarchy as a checkpoint.
+//
+// Reading: a directory with `.zgroup` is a tree whose inner nodes are its groups and
+// whose leaves are its arrays (`.zarray`); a directory with `.zarray` is one array (the
+// root leaf). An empty group is an empty node. Writing: one array per leaf at
+// <dir>/<seg>/<seg>/..., `.zgroup` in every group, chunks compressed with C (zstd by
+// default). Strings are not representable in zarr v2 and are refused, naming the leaf.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <ckpt/format/interop/stored.hpp>
+#include <ckpt/io/file.hpp>
+#include <ckpt/options.hpp>
+#include <ckpt/snapshot.hpp>
+
+namespace ckpt {
+
+namespace zarr {
+
+inline constexpr int max_depth = 64;
+inline constexpr std::size_t max_nodes = std::size_t{1} << 20;
+
+inline void write_zgroup(const fs::path& dir) {
+  static const std::string text = "{\n    \"zarr_format\": 2\n}";
+  io::write_file_synced(dir / ".zgroup", std::as_bytes(std::span(text)));
+}
+
+inline bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::symlink_status(p, ec));
+}
+inline bool is_dir(const fs::path& p) {  // a real directory, not a symlink to one
+  std::error_code ec;
+  return fs::is_directory(fs::symlink_status(p, ec));
+}
+
+// Adds every array under group `dir` (path p) to b; `rel` is dir relative to the root.
+inline void read_group(interop::IndexBuilder& b, const fs::path& dir, const std::string& rel, Path& p, int depth,
+                       std::size_t& nodes) {
+  if (depth > max_depth) throw CorruptCheckpointError(b.checkpoint(), p.str(), "groups nest too deep");
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (++nodes > max_nodes) throw CorruptCheckpointError(b.checkpoint(), p.str(), "too many files");
+    const std::string n = it->path().filename().string();
+    if (n.empty() || n[0] == '.' || !is_dir(it->path())) continue;
+    names.push_back(n);
+  }
+  if (ec) throw CorruptCheckpointError(b.checkpoint(), p.str(), "cannot list " + dir.string() + ": " + ec.message());
+  std::sort(names.begin(), names.end());
+  bool any = false;
+  for (const auto& n : names) {
+    const fs::path sub = dir / n;
+    const std::string r = rel.empty() ? n : rel + "/" + n;
+    p.push(n);
+    if (is_file(sub / ".zarray")) {
+      b.add_zarr(p, sub, r, open_array(sub, b.checkpoint(), p.str()));
+      any = true;
+    } else if (is_file(sub / ".zgroup")) {
+      read_group(b, sub, r, p, depth + 1, nodes);
+      any = true;
+    }
+    p = Path(std::vector<std::string>(p.segments().begin(), p.segments().end() - 1));
+  }
+  if (!any && !p.empty()) b.add_none(p);
+}
+
+// Writes one leaf as an array at dir (dir must not exist); throws for strings.
+inline void write_leaf(const fs::path& dir, const SnapshotLeaf& l, io::codec c, int level, const std::string& checkpoint) {
+  if (l.data.type == dtype::string)
+    throw Error(checkpoint, l.path.str(), "a string leaf has no zarr v2 representation (save it in another format)");
+  write_array(dir, meta_for(l.data.type, l.data.shape, c, level), l.data.view);
+}
+
+inline void write_node(const fs::path& dir, const interop::SnapNode& n, io::codec c, int level,
+                       const std::string& checkpoint, const Path& p) {
+  if (n.leaf && n.leaf->data.type != dtype::none) {
+    write_leaf(dir, *n.leaf, c, level, checkpoint);
+    return;
+  }
+  fs::create_directory(dir);
+  write_zgroup(dir);
+  for (const auto& [k, child] : n.children) {
+    if (!safe_name(k) || k[0] == '.')
+      throw Error(checkpoint, p.child(k).str(), "key " + native_format::quote_for_message(k) +
+                                                    " cannot be a zarr directory name");
+    write_node(dir / k, child, c, level, checkpoint, p.child(k));
+  }
+}
+
+}  // namespace zarr
+
+template <io::codec C = io::codec::zstd, int Level = 1>
+struct basic_zarr_v2 {
+  static constexpr const char* name = "zarr";
+  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
+    const interop::SnapNode root = interop::snapshot_tree(s, dir.string());
+    zarr::write_zgroup(dir);
+    if (root.leaf) throw Error(dir.string(), "", "a single-leaf value cannot be a zarr group; wrap it in a struct");
+    for (const auto& [k, child] : root.children) {
+      if (!zarr::safe_name(k) || k[0] == '.')
+        throw Error(dir.string(), k, "key cannot be a zarr directory name");
+      zarr::write_node(dir / k, child, C, Level, dir.string(), Path({k}));
+    }
+  }
+  static bool detect(const std::filesystem::path& dir) {
+    return zarr::is_file(dir / ".zgroup") || zarr::is_file(dir / ".zarray");
+  }
+  static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
+    const std::string ckpt = dir.string();
+    interop::IndexBuilder b(ckpt);
+    Path p;
+    if (zarr::is_file(dir / ".zarray")) {
+      b.add_zarr(p, dir, ".", zarr::open_array(dir, ckpt, "<root>"));
+    } else if (zarr::is_file(dir / ".zgroup")) {
+      std::size_t nodes = 0;
+      zarr::read_group(b, dir, "", p, 0, nodes);
+    } else {
+      throw Error(ckpt, "", "not a zarr array or group (no .zarray or .zgroup)");
+    }
+    IndexInfo info;
+    info.format = "zarr";
+    info.format_version = 2;
+    return b.build(std::move(info));
+  }
+};
+using zarr_v2 = basic_zarr_v2<>;
+
+}  // namespace ckpt
