@@ -28,7 +28,11 @@ void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const
 
 template <format_policy Format = native>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts = {}) {
-  save_snapshot<Format>(dir, snap, opts, [](const std::filesystem::path&) {});
+  if constexpr (requires { Format::save_file(dir, snap, opts); }) {
+    Format::save_file(dir, snap, opts);  // a single-file format (Flax msgpack) commits its file itself
+  } else {
+    save_snapshot<Format>(dir, snap, opts, [](const std::filesystem::path&) {});
+  }
 }
 
 // Saves value to dir, atomically: dir appears whole or not at all.

@@ -1,0 +1,114 @@
+// ckpt/flax_checkpoints.hpp — ckpt::flax::save_checkpoint, restore_checkpoint and
+// latest_checkpoint: the counterpart of flax.training.checkpoints (the legacy API).
+//
+// Files are named as Flax names them, <dir>/<prefix><step> ("checkpoint_100"), each a
+// Flax msgpack file; a save writes <dir>/<prefix>tmp, fsyncs it and renames it into
+// place, then deletes all but the newest `keep` checkpoints (those whose step is a
+// multiple of keep_every_n_steps are kept too).
+#pragma once
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ckpt/format/flax.hpp>
+#include <ckpt/restore.hpp>
+#include <ckpt/save.hpp>
+
+namespace ckpt::flax {
+
+namespace fs = std::filesystem;
+
+struct CheckpointOptions {
+  std::string prefix = "checkpoint_";
+  // How many of the newest checkpoints to keep.
+  std::size_t keep = 1;
+  // Also keep every checkpoint whose step is a multiple of this (0: none).
+  std::int64_t keep_every_n_steps = 0;
+  // Allow saving a step at or before the latest one; newer checkpoints are removed.
+  bool overwrite = false;
+};
+
+// (step, path) of every checkpoint <prefix><integer> in dir, by step.
+inline std::vector<std::pair<std::int64_t, fs::path>> list_checkpoints(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::pair<std::int64_t, fs::path>> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n.size() <= prefix.size() || n.compare(0, prefix.size(), prefix) != 0) continue;
+    std::int64_t step = 0;
+    const char* b = n.data() + prefix.size();
+    const char* e = n.data() + n.size();
+    auto [ptr, err] = std::from_chars(b, e, step);
+    if (err != std::errc() || ptr != e) continue;  // "checkpoint_tmp" and the like
+    out.emplace_back(step, it->path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The newest checkpoint in dir, if any.
+inline std::optional<fs::path> latest_checkpoint(const fs::path& dir, const std::string& prefix = "checkpoint_") {
+  auto all = list_checkpoints(dir, prefix);
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
+}
+
+template <class T>
+fs::path save_checkpoint(const fs::path& dir, const T& state, std::int64_t step, const CheckpointOptions& o = {}) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const fs::path path = dir / (o.prefix + std::to_string(step));
+  const fs::path tmp = dir / (o.prefix + "tmp");
+  auto existing = list_checkpoints(dir, o.prefix);
+  if (!o.overwrite) {
+    if (fs::exists(path, ec)) throw Error(path.string(), "", "checkpoint already exists (pass .overwrite = true)");
+    if (!existing.empty() && step < existing.back().first)
+      throw Error(path.string(), "", "trying to save an outdated checkpoint at step " + std::to_string(step) +
+                                         ", the latest is step " + std::to_string(existing.back().first));
+  }
+  const Snapshot snap = take_snapshot(state);
+  fs::remove(tmp, ec);
+  flax_detail::write_msgpack(snap, tmp, path.string());
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    fs::remove(tmp, ec);
+    io::throw_errno("cannot rename the checkpoint into place", path);
+  }
+  io::sync_dir(dir);
+  // retention: newer ones go when overwriting; then all but the newest `keep`
+  existing = list_checkpoints(dir, o.prefix);
+  if (o.overwrite)
+    for (const auto& [s, p] : existing)
+      if (s > step) fs::remove_all(p, ec);
+  existing = list_checkpoints(dir, o.prefix);
+  const std::size_t n = existing.size();
+  for (std::size_t i = 0; i + std::max<std::size_t>(o.keep, 1) < n; ++i) {
+    const auto s = existing[i].first;
+    if (o.keep_every_n_steps > 0 && s % o.keep_every_n_steps == 0) continue;
+    fs::remove_all(existing[i].second, ec);
+  }
+  return path;
+}
+
+// Restores from a checkpoint file, or from dir's latest (or given) step. Throws when
+// there is none (Flax returns the target unchanged; ckpt makes it an error to see).
+template <class T>
+T restore_checkpoint(const fs::path& ckpt_dir_or_file, std::optional<std::int64_t> step = std::nullopt,
+                     const std::string& prefix = "checkpoint_", const RestoreOptions& opts = {}) {
+  std::error_code ec;
+  if (fs::is_regular_file(ckpt_dir_or_file, ec)) return restore<T>(ckpt_dir_or_file, opts);
+  fs::path p;
+  if (step) {
+    p = ckpt_dir_or_file / (prefix + std::to_string(*step));
+  } else {
+    auto latest = latest_checkpoint(ckpt_dir_or_file, prefix);
+    if (!latest) throw Error(ckpt_dir_or_file.string(), "", "no checkpoint named " + prefix + "<step> here");
+    p = *latest;
+  }
+  return restore<T>(p, opts);
+}
+
+}  // namespace ckpt::flax

@@ -1,0 +1,130 @@
+// ckpt/format/flax.hpp — ckpt::flax_msgpack: the single-file checkpoints of flax.serialization,
+// and ckpt::flax::save_checkpoint / restore_checkpoint / latest_checkpoint, the counterpart
+// of Flax's legacy flax.training.checkpoints API (file naming, tmp-then-rename, keep).
+//
+// A Flax checkpoint is one FILE: `save<flax_msgpack>("/tmp/run/ckpt.msgpack", state)`
+// writes it atomically (a hidden sibling file, fsynced, renamed). Python reads it with
+// `flax.serialization.msgpack_restore(open(p, "rb").read())`.
+// Written as Flax writes: arrays (rank >= 1) as ext 1, rank-0 leaves as numpy scalars
+// (ext 3), strings as str, empty nodes as {}, arrays over 2**30 bytes chunked.
+#pragma once
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ckpt/format/interop/msgpack_tree.hpp>
+#include <ckpt/io/staging_dir.hpp>
+#include <ckpt/options.hpp>
+#include <ckpt/snapshot.hpp>
+
+namespace ckpt {
+
+namespace flax_detail {
+namespace fs = std::filesystem;
+
+inline void write_msgpack(const Snapshot& snap, const fs::path& file, const std::string& checkpoint) {
+  const interop::SnapNode root = interop::snapshot_tree(snap, checkpoint);
+  interop::PieceWriter w;
+  if (root.leaf == nullptr && root.children.empty()) w.pk().pack_map(0);
+  else interop::write_tree(w, root, checkpoint);
+  w.write_to(file);
+}
+
+// Writes a file next to `file`, then renames it over (force) or onto a free name.
+template <class Write>
+void commit_file(const fs::path& file, bool force, Write&& write) {
+  std::error_code ec;
+  const fs::path parent = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+  fs::create_directories(parent, ec);
+  if (fs::is_directory(file, ec)) throw Error(file.string(), "", "a directory is in the way of the checkpoint file");
+  const fs::path tmp = parent / (std::string(io::staging_prefix) + file.filename().string() + "-" + io::detail::random_suffix());
+  try {
+    write(tmp);
+    const unsigned noreplace = 1;  // RENAME_NOREPLACE
+    if (force ? ::rename(tmp.c_str(), file.c_str()) != 0 : io::detail::rename_with_flags(tmp, file, noreplace) != 0) {
+      if (errno == EEXIST) throw Error(file.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
+      io::throw_errno("cannot rename the checkpoint into place", file);
+    }
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+  io::sync_dir(parent);
+}
+
+inline bool looks_like_msgpack_map(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return false;
+  try {
+    io::File f = io::File::open_read(file);
+    if (f.size(file) == 0) return false;
+    std::byte b[1];
+    io::pread_exact(f, b, 0, file);
+    const auto c = static_cast<unsigned char>(b[0]);
+    return (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Adds the tree of a msgpack file to b (under prefix). With t5x_unwrap, a top-level
+// {"version": n, "optimizer": tree} reads as tree, and info records the version.
+inline void read_msgpack_into(interop::IndexBuilder& b, const fs::path& file, const Path& prefix, IndexInfo* info,
+                              interop::SpecialLeaf special = {}, bool t5x_unwrap = false) {
+  auto keep = std::make_shared<interop::MsgpackKeep>();
+  b.keep(keep);
+  const msgpack::object* root = &interop::load_msgpack_file(file, *keep, b.checkpoint(), file.filename().string());
+  if (t5x_unwrap && root->type == msgpack::type::MAP) {
+    const detail::mp::Reader r(b.checkpoint(), file.filename().string());
+    if (const auto* v = r.find(*root, "version"); v && v->type == msgpack::type::POSITIVE_INTEGER) {
+      if (info) info->format_version = v->via.u64;
+      if (const auto* opt = r.find(*root, "optimizer")) root = opt;
+    } else if (info) {
+      info->format = "orbax-msgpack";
+    }
+  }
+  interop::MsgpackTreeReader reader(b, *keep, file.filename().string(), std::move(special));
+  Path p = prefix;
+  reader.walk(*root, p);
+}
+
+inline std::shared_ptr<const Index> open_msgpack(const fs::path& file, const std::string& checkpoint,
+                                                 const std::string& format, interop::SpecialLeaf special = {},
+                                                 bool t5x_unwrap = false) {
+  IndexInfo info;
+  info.format = format;
+  interop::IndexBuilder b(checkpoint);
+  read_msgpack_into(b, file, Path(), &info, std::move(special), t5x_unwrap);
+  return b.build(std::move(info));
+}
+}  // namespace flax_detail
+
+struct flax_msgpack {
+  static constexpr const char* name = "flax";
+  // Inside a step directory (the manager's layout): the file `checkpoint`, as t5x names it.
+  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
+    flax_detail::write_msgpack(s, dir / "checkpoint", dir.string());
+  }
+  // save<flax_msgpack>(path, state): path is the file itself.
+  static void save_file(const std::filesystem::path& file, const Snapshot& s, const SaveOptions& o) {
+    flax_detail::commit_file(file, o.force, [&](const std::filesystem::path& tmp) {
+      flax_detail::write_msgpack(s, tmp, file.string());
+    });
+  }
+  static bool detect(const std::filesystem::path& p) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(p, ec)) return flax_detail::looks_like_msgpack_map(p / "checkpoint");
+    return flax_detail::looks_like_msgpack_map(p);
+  }
+  static std::shared_ptr<const Index> open(const std::filesystem::path& p) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(p, ec)) return flax_detail::open_msgpack(p / "checkpoint", p.string(), "flax");
+    return flax_detail::open_msgpack(p, p.string(), "flax");
+  }
+};
+
+}  // namespace ckpt
