@@ -1,0 +1,194 @@
+// ckpt/format/t5x.hpp — ckpt::t5x: the checkpoint directories of t5x's Checkpointer.
+//
+// A step directory (`checkpoint_<step>/`) holds the msgpack file `checkpoint`:
+//   {"version": 3, "optimizer": <state dict>}
+// in Flax's encoding (format/flax.hpp), where each array is replaced by a TensorStore
+// spec {"driver": "zarr", "dtype": "float32", "kvstore": {"driver": "file", "path":
+// "<name>/"}, "metadata": {"shape", "chunks", "compressor": {"id": "gzip", "level": 1}}}
+// and stored as a zarr v2 array in <name>/, the leaf's dotted path. The tree ckpt reads
+// is the "optimizer" dict (paths like `state.param_states.kernel`). Scalars, strings
+// and empty nodes stay in the msgpack file, as t5x keeps its non-array leaves there.
+//
+// Also reads the msgpack `checkpoint` of t5x's Orbax-based layout, whose arrays are
+// "PLACEHOLDER://<name>" strings standing for zarr arrays in <name>/.
+#pragma once
+
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include <ckpt/format/flax.hpp>
+#include <ckpt/format/zarr.hpp>
+
+namespace ckpt {
+
+namespace t5x_detail {
+namespace fs = std::filesystem;
+using zarr::json;
+
+inline constexpr std::uint64_t version = 3;
+inline constexpr std::string_view placeholder = "PLACEHOLDER://";
+
+// A relative path inside the checkpoint, from a spec or placeholder: every component
+// one plain name (no "..", no absolute paths, no empty components).
+inline fs::path checked_relative(std::string s, const std::string& checkpoint, const Path& p) {
+  while (!s.empty() && s.back() == '/') s.pop_back();
+  if (s.empty() || s[0] == '/')
+    throw CorruptCheckpointError(checkpoint, p.str(), "array path " + native_format::quote_for_message(s) +
+                                                          " is not relative to the checkpoint");
+  fs::path out;
+  std::size_t at = 0;
+  while (at <= s.size()) {
+    const std::size_t slash = std::min(s.find('/', at), s.size());
+    const std::string part = s.substr(at, slash - at);
+    if (!zarr::safe_name(part))
+      throw CorruptCheckpointError(checkpoint, p.str(), "array path " + native_format::quote_for_message(s) +
+                                                            " leaves the checkpoint directory");
+    out /= part;
+    at = slash + 1;
+  }
+  return out;
+}
+
+// Converts msgpack (a spec's "metadata") to JSON, for zarr's parser; bounded depth.
+inline json to_json(const msgpack::object& o, int depth = 0) {
+  if (depth > 16) throw Error("spec nests too deep");
+  switch (o.type) {
+    case msgpack::type::NIL: return nullptr;
+    case msgpack::type::BOOLEAN: return o.via.boolean;
+    case msgpack::type::POSITIVE_INTEGER: return o.via.u64;
+    case msgpack::type::NEGATIVE_INTEGER: return o.via.i64;
+    case msgpack::type::FLOAT32: case msgpack::type::FLOAT64: return o.via.f64;
+    case msgpack::type::STR: return std::string(o.via.str.ptr, o.via.str.size);
+    case msgpack::type::ARRAY: {
+      json a = json::array();
+      for (std::uint32_t i = 0; i < o.via.array.size; ++i) a.push_back(to_json(o.via.array.ptr[i], depth + 1));
+      return a;
+    }
+    case msgpack::type::MAP: {
+      json m = json::object();
+      for (std::uint32_t i = 0; i < o.via.map.size; ++i)
+        if (o.via.map.ptr[i].key.type == msgpack::type::STR)
+          m[std::string(o.via.map.ptr[i].key.via.str.ptr, o.via.map.ptr[i].key.via.str.size)] =
+              to_json(o.via.map.ptr[i].val, depth + 1);
+      return m;
+    }
+    default: return nullptr;
+  }
+}
+
+// Opens the zarr array at rel (inside dir); when it has no .zarray (t5x's own test
+// data lacks them), the spec supplies the metadata.
+inline void add_array(interop::IndexBuilder& b, const fs::path& dir, const fs::path& rel, const Path& p,
+                      const json* spec) {
+  const fs::path adir = dir / rel;
+  auto fail = [&](const std::string& w) { throw CorruptCheckpointError(b.checkpoint(), p.str(), w); };
+  if (!zarr::is_dir(adir)) fail("array directory " + rel.string() + " is missing");
+  zarr::ArrayMeta m;
+  if (zarr::is_file(adir / ".zarray")) {
+    m = zarr::parse_zarray(zarr::read_json_file(adir / ".zarray", b.checkpoint(), p.str()), fail);
+  } else if (spec) {
+    json z = spec->contains("metadata") && (*spec)["metadata"].is_object() ? (*spec)["metadata"] : json::object();
+    z["zarr_format"] = 2;
+    if (!z.contains("dtype")) {
+      if (!spec->contains("dtype") || !(*spec)["dtype"].is_string()) fail("TensorStore spec has no dtype");
+      const auto d = zarr::dtype_from_numpy_name((*spec)["dtype"].get<std::string>());
+      if (!d) fail("TensorStore dtype " + (*spec)["dtype"].dump() + " is not supported");
+      z["dtype"] = zarr::typestr(*d);
+    }
+    if (!z.contains("chunks") && z.contains("shape")) z["chunks"] = z["shape"];
+    if (!z.contains("compressor")) z["compressor"] = nullptr;
+    m = zarr::parse_zarray(z, fail);
+    // a 0-sized chunk dimension cannot be read; a shape of 0 gives chunks of 1
+  } else {
+    fail("array " + rel.string() + " has no .zarray");
+  }
+  if (const auto bad = zarr::check_plausible(adir, m); !bad.empty()) fail(bad);
+  b.add_zarr(p, adir, rel.string(), std::move(m));
+}
+
+inline interop::SpecialLeaf special(const fs::path& dir) {
+  return [dir](interop::IndexBuilder& b, const Path& p, const msgpack::object& o) -> bool {
+    if (o.type == msgpack::type::STR) {
+      const std::string_view s(o.via.str.ptr, o.via.str.size);
+      if (s.substr(0, placeholder.size()) != placeholder) return false;
+      add_array(b, dir, checked_relative(std::string(s.substr(placeholder.size())), b.checkpoint(), p), p, nullptr);
+      return true;
+    }
+    if (o.type != msgpack::type::MAP) return false;
+    const detail::mp::Reader r(b.checkpoint(), "checkpoint", p.str());
+    const auto* driver = r.find(o, "driver");
+    if (!driver || driver->type != msgpack::type::STR) return false;
+    json spec;
+    try {
+      spec = to_json(o);
+    } catch (const Error& e) {
+      throw CorruptCheckpointError(b.checkpoint(), p.str(), std::string("TensorStore spec: ") + e.what());
+    }
+    if (spec["driver"] != "zarr")
+      throw CorruptCheckpointError(b.checkpoint(), p.str(), "TensorStore driver " + spec["driver"].dump() + " is not supported");
+    std::string path;
+    if (spec.contains("kvstore") && spec["kvstore"].is_object()) {
+      const json& kv = spec["kvstore"];
+      if (kv.contains("driver") && kv["driver"] != "file" && kv["driver"] != "gfile")
+        throw CorruptCheckpointError(b.checkpoint(), p.str(), "kvstore driver " + kv["driver"].dump() + " is not supported");
+      if (kv.contains("path") && kv["path"].is_string()) path = kv["path"].get<std::string>();
+    } else if (spec.contains("path") && spec["path"].is_string()) {
+      path = spec["path"].get<std::string>();
+    }
+    add_array(b, dir, checked_relative(path, b.checkpoint(), p), p, &spec);
+    return true;
+  };
+}
+}  // namespace t5x_detail
+
+template <io::codec C = io::codec::gzip, int Level = 1>
+struct basic_t5x {
+  static constexpr const char* name = "t5x";
+
+  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
+    const std::string ckpt = dir.string();
+    const interop::SnapNode root = interop::snapshot_tree(s, ckpt);
+    std::set<std::string> names;
+    auto hook = [&](interop::PieceWriter& w, const SnapshotLeaf& l) -> bool {
+      if (!is_numeric(l.data.type) || l.data.shape.empty()) return false;  // scalars stay in msgpack, as in t5x
+      std::string name;
+      for (const auto& seg : l.path.segments()) name += (name.empty() ? "" : ".") + seg;
+      if (!zarr::safe_name(name) || name[0] == '.')
+        throw Error(ckpt, l.path.str(), "path cannot name a t5x array directory");
+      if (!names.insert(name).second)
+        throw Error(ckpt, l.path.str(), "two leaves map to the same t5x array directory " + name);
+      const zarr::ArrayMeta m = zarr::meta_for(l.data.type, l.data.shape, C, Level);
+      zarr::write_array(dir / name, m, l.data.view);
+      const zarr::json spec = {
+          {"driver", "zarr"},
+          {"dtype", std::string(dtype_name(l.data.type))},
+          {"kvstore", {{"driver", "file"}, {"path", name + "/"}}},
+          {"metadata", {{"chunks", m.chunks}, {"compressor", zarr::compressor_json(m)}, {"shape", m.shape}}}};
+      const auto bytes = zarr::json::to_msgpack(spec);
+      w.raw(bytes.data(), bytes.size());
+      return true;
+    };
+    interop::PieceWriter w;
+    w.pk().pack_map(2);
+    w.str("version"); w.pk().pack(t5x_detail::version);
+    w.str("optimizer");
+    if (root.leaf == nullptr && root.children.empty()) w.pk().pack_map(0);
+    else interop::write_tree(w, root, ckpt, hook);
+    w.write_to(dir / "checkpoint");
+  }
+
+  static bool detect(const std::filesystem::path& dir) {
+    std::error_code ec;
+    return std::filesystem::is_directory(dir, ec) && flax_detail::looks_like_msgpack_map(dir / "checkpoint");
+  }
+
+  static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) throw Error(dir.string(), "", "no t5x checkpoint here (not a directory)");
+    return flax_detail::open_msgpack(dir / "checkpoint", dir.string(), "t5x", t5x_detail::special(dir), true);
+  }
+};
+using t5x = basic_t5x<>;
+
+}  // namespace ckpt
