@@ -31,7 +31,4 @@ concept format_policy = requires(const Snapshot& s, const std::filesystem::path&
 };
 static_assert(format_policy<native>);
 
-// Opens whatever format dir holds (only native so far).
-inline std::shared_ptr<const Index> open_index(const std::filesystem::path& dir) { return native::open(dir); }
-
 }  // namespace ckpt
