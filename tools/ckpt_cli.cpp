@@ -1,0 +1,385 @@
+// tools/ckpt_cli.cpp — the `ckpt` command: look into, check, compare and convert
+// checkpoints of any format ckpt reads (native, Orbax, t5x, zarr, Flax msgpack).
+//
+//   ckpt ls ROOT                 steps with time, size, metrics
+//   ckpt tree PATH [--json]      leaves with dtype, shape, bytes
+//   ckpt show PATH LEAF [--json] [-n N]   min, max, mean, std and the first values
+//   ckpt verify PATH             reads everything, checks checksums (exit 1: broken leaves)
+//   ckpt diff A B [--json]       added, removed and changed leaves
+//   ckpt convert SRC DST --to native|flax|t5x|orbax|zarr
+// Bad input: a message on stderr and exit code 2.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <ckpt/ckpt.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <limits>
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct BadInput : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Element i of a numeric leaf as (re, im); im is 0 for real dtypes.
+std::pair<double, double> element(const std::vector<std::byte>& b, ckpt::dtype d, std::size_t i) {
+  auto get = [&]<class T>(T) {
+    T v;
+    std::memcpy(&v, b.data() + i * sizeof(T), sizeof(T));
+    return v;
+  };
+  using ckpt::dtype;
+  switch (d) {
+    case dtype::bool_: return {get(std::uint8_t{}) != 0, 0};
+    case dtype::int8: return {get(std::int8_t{}), 0};
+    case dtype::int16: return {get(std::int16_t{}), 0};
+    case dtype::int32: return {get(std::int32_t{}), 0};
+    case dtype::int64: return {static_cast<double>(get(std::int64_t{})), 0};
+    case dtype::uint8: return {get(std::uint8_t{}), 0};
+    case dtype::uint16: return {get(std::uint16_t{}), 0};
+    case dtype::uint32: return {get(std::uint32_t{}), 0};
+    case dtype::uint64: return {static_cast<double>(get(std::uint64_t{})), 0};
+    case dtype::float16: return {static_cast<float>(get(ckpt::float16{})), 0};
+    case dtype::bfloat16: return {static_cast<float>(get(ckpt::bfloat16{})), 0};
+    case dtype::float32: return {get(float{}), 0};
+    case dtype::float64: return {get(double{}), 0};
+    case dtype::complex64: { auto c = get(std::complex<float>{}); return {c.real(), c.imag()}; }
+    case dtype::complex128: { auto c = get(std::complex<double>{}); return {c.real(), c.imag()}; }
+    default: return {0, 0};
+  }
+}
+
+// Element i as JSON, exactly (integers stay integers; NaN and infinities become null).
+json element_json(const std::vector<std::byte>& b, ckpt::dtype d, std::size_t i) {
+  using ckpt::dtype;
+  auto num = [](double x) -> json { return std::isfinite(x) ? json(x) : json(nullptr); };
+  auto get = [&]<class T>(T) {
+    T v;
+    std::memcpy(&v, b.data() + i * sizeof(T), sizeof(T));
+    return v;
+  };
+  switch (d) {
+    case dtype::bool_: return get(std::uint8_t{}) != 0;
+    case dtype::int64: return get(std::int64_t{});
+    case dtype::uint64: return get(std::uint64_t{});
+    case dtype::int8: case dtype::int16: case dtype::int32: return static_cast<std::int64_t>(element(b, d, i).first);
+    case dtype::uint8: case dtype::uint16: case dtype::uint32: return static_cast<std::uint64_t>(element(b, d, i).first);
+    case dtype::complex64: case dtype::complex128: {
+      auto [re, im] = element(b, d, i);
+      return json::array({num(re), num(im)});
+    }
+    default: return num(element(b, d, i).first);
+  }
+}
+
+std::string fmt(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
+std::string human_bytes(std::uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double x = static_cast<double>(n);
+  int u = 0;
+  while (x >= 1024 && u < 4) { x /= 1024; ++u; }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", x, units[u]);
+  return buf;
+}
+
+std::uint64_t disk_size(const fs::path& p) {
+  std::error_code ec;
+  if (fs::is_regular_file(p, ec)) return fs::file_size(p, ec);
+  std::uint64_t n = 0;
+  for (fs::recursive_directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (it->is_regular_file(e2)) n += it->file_size(e2);
+  }
+  return n;
+}
+
+std::shared_ptr<const ckpt::Index> open(const fs::path& p) { return ckpt::open_index(p); }
+
+// ---------------------------------------------------------------------------------
+
+int cmd_ls(const fs::path& root, bool as_json) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) throw BadInput(root.string() + ": not a directory");
+  struct Row { std::string name; std::int64_t step; std::string format, time; std::uint64_t size; json metrics; };
+  std::vector<Row> rows;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] == '.') continue;
+    const std::string f = ckpt::detect_format(it->path());
+    if (f.empty()) continue;
+    Row r{name, -1, f, "", disk_size(it->path()), json::object()};
+    const auto digits = name.find_last_not_of("0123456789");
+    if (digits != name.size() - 1 && name.size() - digits - 1 < 18) r.step = std::stoll(name.substr(digits + 1));
+    const auto mtime = fs::last_write_time(it->path(), ec);
+    const auto sys = std::chrono::time_point_cast<std::chrono::seconds>(
+        mtime - fs::file_time_type::clock::now() + std::chrono::system_clock::now());
+    const std::time_t t = std::chrono::system_clock::to_time_t(sys);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+    r.time = buf;
+    const fs::path md = it->path() / "_CHECKPOINT_METADATA";
+    if (fs::is_regular_file(md, ec) && fs::file_size(md, ec) < (1u << 20)) {
+      std::ifstream in(md);
+      const json j = json::parse(in, nullptr, false);
+      if (j.is_object() && j.contains("metrics") && j["metrics"].is_object()) r.metrics = j["metrics"];
+    }
+    rows.push_back(std::move(r));
+  }
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return std::tie(a.step, a.name) < std::tie(b.step, b.name);
+  });
+  if (as_json) {
+    json out = json::array();
+    for (const auto& r : rows)
+      out.push_back({{"name", r.name}, {"step", r.step >= 0 ? json(r.step) : json(nullptr)}, {"format", r.format},
+                     {"time", r.time}, {"bytes", r.size}, {"metrics", r.metrics}});
+    std::cout << json{{"steps", out}}.dump() << "\n";
+    return 0;
+  }
+  for (const auto& r : rows) {
+    std::string m;
+    for (const auto& [k, v] : r.metrics.items()) m += (m.empty() ? "" : "  ") + k + "=" + v.dump();
+    std::printf("%-20s %-7s %s %10s  %s\n", r.name.c_str(), r.format.c_str(), r.time.c_str(),
+                human_bytes(r.size).c_str(), m.c_str());
+  }
+  return 0;
+}
+
+int cmd_tree(const fs::path& p, bool as_json) {
+  const auto index = open(p);
+  if (as_json) {
+    json leaves = json::array();
+    for (const auto& e : index->entries())
+      leaves.push_back({{"path", e.path.str()}, {"dtype", std::string(ckpt::dtype_name(e.type))}, {"shape", e.shape},
+                        {"bytes", e.length}});
+    std::cout << json{{"format", index->info().format}, {"leaves", leaves}}.dump() << "\n";
+    return 0;
+  }
+  std::uint64_t total = 0;
+  for (const auto& e : index->entries()) {
+    std::printf("%-50s %-10s %-16s %12llu\n", e.path.str().c_str(), std::string(ckpt::dtype_name(e.type)).c_str(),
+                ckpt::shape_str(e.shape).c_str(), static_cast<unsigned long long>(e.length));
+    total += e.length;
+  }
+  std::printf("%zu leaves, %s (%s format)\n", index->entries().size(), human_bytes(total).c_str(),
+              index->info().format.c_str());
+  return 0;
+}
+
+int cmd_show(const fs::path& p, const std::string& leaf, bool as_json, std::size_t first) {
+  const auto index = open(p);
+  const ckpt::IndexEntry* e = index->find(ckpt::Path::parse(leaf));
+  if (!e) throw BadInput(p.string() + ": no leaf " + leaf);
+  std::vector<std::byte> b(static_cast<std::size_t>(e->length));
+  index->read(*e, b);
+  if (as_json) {
+    json values = json::array();
+    if (e->type == ckpt::dtype::string) values.push_back(std::string(reinterpret_cast<const char*>(b.data()), b.size()));
+    else if (ckpt::is_numeric(e->type))
+      for (std::size_t i = 0; i < b.size() / ckpt::dtype_size(e->type); ++i) values.push_back(element_json(b, e->type, i));
+    std::cout << json{{"path", e->path.str()}, {"dtype", std::string(ckpt::dtype_name(e->type))}, {"shape", e->shape},
+                      {"values", values}}.dump()
+              << "\n";
+    return 0;
+  }
+  std::printf("%s: %s %s, %llu bytes\n", e->path.str().c_str(), std::string(ckpt::dtype_name(e->type)).c_str(),
+              ckpt::shape_str(e->shape).c_str(), static_cast<unsigned long long>(e->length));
+  if (e->type == ckpt::dtype::string) {
+    std::printf("%s\n", json(std::string(reinterpret_cast<const char*>(b.data()), b.size())).dump().c_str());
+    return 0;
+  }
+  if (!ckpt::is_numeric(e->type)) return 0;
+  const std::size_t n = b.size() / ckpt::dtype_size(e->type);
+  const bool cplx = e->type == ckpt::dtype::complex64 || e->type == ckpt::dtype::complex128;
+  if (n > 0 && !cplx) {
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum = 0, sq = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = element(b, e->type, i).first;
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+      sum += x;
+    }
+    const double mean = sum / static_cast<double>(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double d = element(b, e->type, i).first - mean;
+      sq += d * d;
+    }
+    std::printf("min %s  max %s  mean %s  std %s\n", fmt(lo).c_str(), fmt(hi).c_str(), fmt(mean).c_str(),
+                fmt(std::sqrt(sq / static_cast<double>(n))).c_str());
+  }
+  std::string vals = "[";
+  for (std::size_t i = 0; i < std::min(n, first); ++i) {
+    auto [re, im] = element(b, e->type, i);
+    vals += (i ? ", " : "") + (cplx ? fmt(re) + (im < 0 ? "" : "+") + fmt(im) + "j" : fmt(re));
+  }
+  std::printf("%s%s]\n", vals.c_str(), n > first ? ", ..." : "");
+  return 0;
+}
+
+int cmd_verify(const fs::path& p) {
+  const auto index = open(p);
+  std::vector<std::string> broken;
+  std::uint64_t total = 0;
+  for (const auto& e : index->entries()) {
+    try {
+      std::vector<std::byte> b(static_cast<std::size_t>(e.length));
+      index->read(e, b, true);
+      total += e.length;
+    } catch (const ckpt::Error& err) {
+      broken.push_back(e.path.str());
+      std::fprintf(stderr, "%s\n", err.what());
+    }
+  }
+  if (!broken.empty()) {
+    std::string list;
+    for (const auto& b : broken) list += (list.empty() ? "" : ", ") + b;
+    std::fprintf(stderr, "%s: %zu broken leaves: %s\n", p.c_str(), broken.size(), list.c_str());
+    return 1;
+  }
+  std::printf("%s: %zu leaves, %s, all intact%s\n", p.c_str(), index->entries().size(), human_bytes(total).c_str(),
+              index->info().format == "ckpt-native" ? " (checksums match)" : " (decoded; this format has no checksums)");
+  return 0;
+}
+
+int cmd_diff(const fs::path& a, const fs::path& b, bool as_json) {
+  const auto ia = open(a), ib = open(b);
+  json added = json::array(), removed = json::array(), changed = json::array();
+  std::size_t same = 0;
+  for (const auto& e : ia->entries())
+    if (!ib->find(e.path)) removed.push_back(e.path.str());
+  for (const auto& e : ib->entries())
+    if (!ia->find(e.path)) added.push_back(e.path.str());
+  for (const auto& ea : ia->entries()) {
+    const auto* eb = ib->find(ea.path);
+    if (!eb) continue;
+    json c = {{"path", ea.path.str()}};
+    if (ea.type != eb->type || ea.shape != eb->shape) {
+      c["a"] = std::string(ckpt::dtype_name(ea.type)) + ckpt::shape_str(ea.shape);
+      c["b"] = std::string(ckpt::dtype_name(eb->type)) + ckpt::shape_str(eb->shape);
+      changed.push_back(c);
+      continue;
+    }
+    std::vector<std::byte> va(static_cast<std::size_t>(ea.length)), vb(static_cast<std::size_t>(eb->length));
+    ia->read(ea, va);
+    ib->read(*eb, vb);
+    if (va == vb) { ++same; continue; }
+    if (ckpt::is_numeric(ea.type)) {
+      double mx = 0;
+      for (std::size_t i = 0; i < va.size() / ckpt::dtype_size(ea.type); ++i) {
+        auto [r1, i1] = element(va, ea.type, i);
+        auto [r2, i2] = element(vb, ea.type, i);
+        const double d = std::hypot(r1 - r2, i1 - i2);
+        if (std::isnan(d) || d > mx) mx = std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
+      }
+      c["max_abs_diff"] = std::isfinite(mx) ? json(mx) : json(nullptr);
+    }
+    changed.push_back(c);
+  }
+  if (as_json) {
+    std::cout << json{{"added", added}, {"removed", removed}, {"changed", changed}, {"unchanged", same}}.dump() << "\n";
+  } else {
+    for (const auto& x : added) std::printf("+ %s\n", x.get<std::string>().c_str());
+    for (const auto& x : removed) std::printf("- %s\n", x.get<std::string>().c_str());
+    for (const auto& x : changed) {
+      std::string what = x.contains("a") ? x["a"].get<std::string>() + " -> " + x["b"].get<std::string>()
+                         : x.contains("max_abs_diff") ? "max |a-b| = " + (x["max_abs_diff"].is_null() ? std::string("inf/nan") : fmt(x["max_abs_diff"].get<double>()))
+                                                      : "differs";
+      std::printf("~ %s  %s\n", x["path"].get<std::string>().c_str(), what.c_str());
+    }
+    std::printf("%zu added, %zu removed, %zu changed, %zu unchanged\n", added.size(), removed.size(), changed.size(), same);
+  }
+  return (added.empty() && removed.empty() && changed.empty()) ? 0 : 1;
+}
+
+int cmd_convert(const fs::path& src, const fs::path& dst, const std::string& to, bool force) {
+  const auto index = open(src);
+  ckpt::Snapshot snap;
+  snap.type_name = index->info().type_name;
+  snap.schema = index->info().schema;
+  snap.fingerprint = index->info().fingerprint;
+  for (const auto& e : index->entries()) {
+    std::vector<std::byte> b(static_cast<std::size_t>(e.length));
+    index->read(e, b);
+    snap.leaves.push_back({e.path, ckpt::LeafBytes::own(e.type, e.shape, std::move(b))});
+  }
+  const ckpt::SaveOptions o{.force = force};
+  if (to == "native") ckpt::save_snapshot<ckpt::native>(dst, snap, o);
+  else if (to == "flax") ckpt::save_snapshot<ckpt::flax_msgpack>(dst, snap, o);
+  else if (to == "t5x") ckpt::save_snapshot<ckpt::t5x>(dst, snap, o);
+  else if (to == "orbax") ckpt::save_snapshot<ckpt::orbax>(dst, snap, o);
+  else if (to == "zarr") ckpt::save_snapshot<ckpt::zarr_v2>(dst, snap, o);
+  else throw BadInput("unknown format " + to);
+  std::printf("%s (%s) -> %s (%s): %zu leaves\n", src.c_str(), index->info().format.c_str(), dst.c_str(), to.c_str(),
+              snap.leaves.size());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckpt: look into, check, compare and convert checkpoints (native, Orbax, t5x, zarr, Flax msgpack)"};
+  app.require_subcommand(1);
+  std::string a, b, leaf, to;
+  bool as_json = false, force = false;
+  std::size_t first = 10;
+
+  auto* ls = app.add_subcommand("ls", "steps under ROOT with time, size and metrics");
+  ls->add_option("ROOT", a, "directory of step checkpoints")->required();
+  ls->add_flag("--json", as_json, "machine-readable output");
+  auto* tree = app.add_subcommand("tree", "leaves with dtype, shape and bytes");
+  tree->add_option("PATH", a, "a checkpoint")->required();
+  tree->add_flag("--json", as_json, "machine-readable output");
+  auto* show = app.add_subcommand("show", "a leaf: min, max, mean, std and its first values");
+  show->add_option("PATH", a, "a checkpoint")->required();
+  show->add_option("LEAF", leaf, "dotted path of the leaf")->required();
+  show->add_flag("--json", as_json, "all values, flat in C order");
+  show->add_option("-n,--first", first, "how many values to print");
+  auto* verify = app.add_subcommand("verify", "read every leaf and check checksums; exit 1 naming broken leaves");
+  verify->add_option("PATH", a, "a checkpoint")->required();
+  auto* diff = app.add_subcommand("diff", "added, removed and changed leaves (exit 1 when they differ)");
+  diff->add_option("A", a, "a checkpoint")->required();
+  diff->add_option("B", b, "another checkpoint")->required();
+  diff->add_flag("--json", as_json, "machine-readable output");
+  auto* convert = app.add_subcommand("convert", "any readable format into any writable one");
+  convert->add_option("SRC", a, "a checkpoint")->required();
+  convert->add_option("DST", b, "where to write")->required();
+  convert->add_option("--to", to, "native, flax, t5x, orbax or zarr")
+      ->required()
+      ->check(CLI::IsMember({"native", "flax", "t5x", "orbax", "zarr"}));
+  convert->add_flag("--force", force, "overwrite DST");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  try {
+    if (*ls) return cmd_ls(a, as_json);
+    if (*tree) return cmd_tree(a, as_json);
+    if (*show) return cmd_show(a, leaf, as_json, first);
+    if (*verify) return cmd_verify(a);
+    if (*diff) return cmd_diff(a, b, as_json);
+    if (*convert) return cmd_convert(a, b, to, force);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ckpt: %s\n", e.what());
+    return 2;
+  }
+  return 2;
+}
