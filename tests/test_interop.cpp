@@ -3,7 +3,6 @@
 // and hostile inputs for each format.
 #include "support.hpp"
 
-#include <ckpt/flax_checkpoints.hpp>
 
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
@@ -703,4 +702,37 @@ TEST_CASE("ckpt CLI: tree, show, verify, diff, convert, ls, and exit code 2 on b
     CHECK(r.rc == 2);
     CHECK(!r.err.empty());
   }
+}
+
+namespace manager_interop_test {
+struct Small {
+  std::int64_t step = 0;
+  xt::xtensor<float, 2> w;
+};
+}  // namespace manager_interop_test
+
+TEST_CASE("the manager writes Orbax step directories through the format policy") {
+  using manager_interop_test::Small;
+  test::TempDir tmp;
+  {
+    ckpt::CheckpointManager<Small, ckpt::orbax> mgr(tmp / "run", {.max_to_keep = 1});
+    Small s{1, xt::ones<float>({2, 3})};
+    CHECK(mgr.save(1, s, {{"loss", 0.5}}));
+    s.step = 2;
+    s.w *= 2.0f;
+    CHECK(mgr.save(2, s, {{"loss", 0.25}}));
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{2});
+    CHECK(mgr.metrics(2).at("loss") == 0.25);
+    const Small r = mgr.restore();
+    CHECK(r.step == 2);
+    CHECK(r.w == xt::ones<float>({2, 3}) * 2.0f);
+  }
+  // The step directory is Orbax's layout, and its metadata file carries both the
+  // format's keys and the manager's.
+  const auto meta = test::read_bytes(tmp / "run" / "2" / "_CHECKPOINT_METADATA");
+  const auto j = nlohmann::json::parse(meta.begin(), meta.end());
+  CHECK(j.contains("item_handlers"));
+  CHECK(j.at("metrics").at("loss") == 0.25);
+  CHECK(std::filesystem::exists(tmp / "run" / "2" / "commit_success.txt"));
+  CHECK(ckpt::restore<Small>(tmp / "run" / "2").step == 2);
 }

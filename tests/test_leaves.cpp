@@ -286,3 +286,19 @@ TEST_CASE("a whole value can be a single leaf") {
   CHECK(ckpt::restore<xt::xtensor<double, 2>>(tmp / "c") == w);
   CHECK(ckpt::metadata(tmp / "c").paths() == std::vector<std::string>{""});
 }
+
+TEST_CASE("a copy of an owning LeafBytes views its own bytes") {
+  std::optional<ckpt::LeafBytes> original =
+      ckpt::LeafBytes::own(ckpt::dtype::uint8, {3}, {std::byte{1}, std::byte{2}, std::byte{3}});
+  const ckpt::LeafBytes copy = *original;
+  CHECK(copy.owns());
+  CHECK(copy.view.data() != original->view.data());
+  original.reset();  // the copy must not point into freed memory (ASan checks this)
+  REQUIRE(copy.view.size() == 3);
+  CHECK(copy.view[2] == std::byte{3});
+  int x = 5;
+  const ckpt::LeafBytes borrowed = ckpt::LeafBytes::borrow(ckpt::dtype::int32, {}, &x, sizeof x);
+  const ckpt::LeafBytes borrowed_copy = borrowed;
+  CHECK_FALSE(borrowed_copy.owns());
+  CHECK(borrowed_copy.view.data() == borrowed.view.data());
+}

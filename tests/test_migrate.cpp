@@ -287,3 +287,24 @@ TEST_CASE("allocate<T> sizes a target from metadata alone; restore_into then fil
   CHECK(target.dense.kernel == s.dense.kernel);
   CHECK(target.step == 120);
 }
+
+TEST_CASE("the manager restores steps of an older version through a migration or a chain") {
+  test::TempDir tmp;
+  {
+    ckpt::CheckpointManager<StateV1> old_mgr(tmp / "run");
+    StateV1 s = make_v1();
+    old_mgr.save(100, s);
+    s.step = 200;
+    old_mgr.save(200, s);
+  }
+  ckpt::CheckpointManager<StateV3> mgr(tmp / "run");
+  CHECK(mgr.latest_step() == 200);
+  const StateV3 latest = mgr.restore(std::nullopt, ckpt::chain(m12, m23));
+  CHECK(latest.step == 200);
+  CHECK(latest.encoder.kernel == xt::xtensor<double, 1>{1, 2, 3, 4, 5, 6});
+  CHECK(latest.schedule.warmup == 20);
+  ckpt::CheckpointManager<StateV2, ckpt::sync_save> mgr2(tmp / "run2");
+  ckpt::save(tmp / "run2" / "7", make_v1());  // a step written outside, by version 1
+  mgr2.reload();
+  CHECK(mgr2.restore(7, m12).schedule.lr == 0.25f);
+}

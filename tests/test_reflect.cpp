@@ -59,6 +59,13 @@ struct Mixed {
 
 BOOST_HANA_ADAPT_STRUCT(reflect_test::HanaAdapted, gamma, delta);
 
+namespace {
+struct InAnonymousNamespace {  // no linkage: names must still be readable, on GCC and clang
+  int first = 1;
+  std::vector<float> second = {2};
+};
+}  // namespace
+
 using namespace reflect_test;
 
 TEST_CASE("aggregate field names are read at compile time") {
@@ -136,4 +143,17 @@ TEST_CASE("the schema lists every leaf pattern with dtype and rank, and is recor
   CHECK(md.info().schema == expected);
   CHECK(md.info().fingerprint == ckpt::schema_fingerprint(expected));
   CHECK(md.info().type_name.find("Model") != std::string::npos);
+}
+
+TEST_CASE("types in anonymous namespaces and local types are reflected too") {
+  struct Local {
+    double inside = 0.5;
+  };
+  static_assert(ckpt::reflect::field_name<InAnonymousNamespace, 1>() == "second");
+  static_assert(ckpt::reflect::field_name<Local, 0>() == "inside");
+  test::TempDir tmp;
+  ckpt::save(tmp / "a", InAnonymousNamespace{});
+  ckpt::save(tmp / "l", Local{});
+  CHECK(ckpt::metadata(tmp / "a").paths() == std::vector<std::string>{"first", "second"});
+  CHECK(ckpt::restore<Local>(tmp / "l").inside == 0.5);
 }

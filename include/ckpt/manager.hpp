@@ -48,6 +48,7 @@
 #include <ckpt/manager/step_metadata.hpp>
 #include <ckpt/manager/step_name.hpp>
 #include <ckpt/options.hpp>
+#include <ckpt/migrate.hpp>
 #include <ckpt/restore.hpp>
 #include <ckpt/retain/keep.hpp>
 #include <ckpt/retain/record.hpp>
@@ -291,6 +292,17 @@ class CheckpointManager {
   }
   void restore_into(std::int64_t step, State& state, const RestoreOptions& opts = {}) {
     ckpt::restore_into(dir_to_read(step), state, opts);
+  }
+  // Steps written by an older version of State, through a migration or a chain
+  // (migrate.hpp): restore(step, m) and restore(std::nullopt, chain) for the latest.
+  template <class Old, class... R>
+  State restore(std::optional<std::int64_t> step, const Migration<Old, State, R...>& m, const RestoreOptions& opts = {}) {
+    return ckpt::restore<State>(dir_to_read(step), m, opts);
+  }
+  template <class... M>
+    requires(sizeof...(M) >= 1)
+  State restore(std::optional<std::int64_t> step, const Chain<M...>& c, const RestoreOptions& opts = {}) {
+    return ckpt::restore<State>(dir_to_read(step), c, opts);
   }
 
   // A tree item saved with the step (restorable without the state).

@@ -2,8 +2,7 @@
 //
 // Boost 1.81's PFR has no get_name, so ckpt carries the technique of later PFR:
 // take the address of field I of an object that is never used at run time (an
-// undefined extern on clang, an inactive union member on GCC), pass it as a
-// template argument, and read the field's name back out of __PRETTY_FUNCTION__.
+// inactive union member), pass it as a template argument, and read the field's name back out of __PRETTY_FUNCTION__.
 // The pointer is wrapped in a one-member struct because clang 14-16 reject raw
 // pointers to subobjects as template arguments. Where the name sits inside the
 // pretty function is learned from a probe struct, and static_asserted on it.
@@ -68,44 +67,30 @@ struct field_address {
 template <class T>
 field_address(const T*) -> field_address<T>;
 
-#if defined(__clang__)
-// Never defined: only the addresses of its members are used, at compile time.
-// (clang 14 accepts this for local types too, and rejects the union below.)
-template <class T>
-extern const T never_defined_object;
-#define CKPT_DETAIL_FAKE_OBJECT(T) never_defined_object<T>
-#else
-// A constexpr object whose T member is never active: its members' addresses are
-// constants even for local types, which GCC refuses to declare extern.
+// An object whose T member is never active and never touched at run time: only the
+// addresses of its members are used, as constants. A union with a constexpr
+// constructor is constant-initialized for any T (no constructor of T runs), and,
+// unlike an undefined extern, it also works for local types and types in anonymous
+// namespaces, on GCC and clang alike.
 template <class T>
 union fake_storage {
   char unused;
   T value;
   constexpr fake_storage() : unused() {}
-  constexpr ~fake_storage() {}
+  ~fake_storage() {}
 };
 template <class T>
-inline constexpr fake_storage<T> fake_object{};
-#define CKPT_DETAIL_FAKE_OBJECT(T) fake_object<T>.value
-#endif
+inline fake_storage<T> fake_object{};
 
 template <auto Address>
 consteval std::string_view pretty_function_of() {
   return __PRETTY_FUNCTION__;
 }
 
-#if defined(__clang__)
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Wundefined-var-template"  // never defined on purpose
-#endif
 template <class T, std::size_t I>
 consteval std::string_view raw_field_signature() {
-  return pretty_function_of<field_address{&aggregate_field<I>(CKPT_DETAIL_FAKE_OBJECT(T))}>();
+  return pretty_function_of<field_address{&aggregate_field<I>(fake_object<T>.value)}>();
 }
-#if defined(__clang__)
-#pragma clang diagnostic pop
-#endif
-#undef CKPT_DETAIL_FAKE_OBJECT
 
 struct field_name_probe {
   int ckpt_probe_field_name;

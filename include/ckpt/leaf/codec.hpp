@@ -52,6 +52,19 @@ struct LeafBytes {
   std::span<const std::byte> view;
   std::vector<std::byte> storage;
 
+  LeafBytes() = default;
+  LeafBytes(LeafBytes&&) noexcept = default;  // a moved vector keeps its buffer: view stays valid
+  LeafBytes& operator=(LeafBytes&&) noexcept = default;
+  // A copy of an owning leaf views its own copy of the bytes, not the original's.
+  LeafBytes(const LeafBytes& o) : type(o.type), shape(o.shape), view(o.view), storage(o.storage) {
+    if (o.owns()) view = storage;
+  }
+  LeafBytes& operator=(const LeafBytes& o) {
+    if (this != &o) *this = LeafBytes(o);
+    return *this;
+  }
+  bool owns() const noexcept { return !storage.empty() && view.data() == storage.data(); }
+
   static LeafBytes borrow(dtype t, Shape s, const void* data, std::size_t size) {
     LeafBytes b;
     b.type = t;
@@ -69,7 +82,7 @@ struct LeafBytes {
   }
   // Makes the leaf independent of the value it was taken from (for async saves).
   void make_owned() {
-    if (storage.empty() || view.data() != storage.data()) storage.assign(view.begin(), view.end());
+    if (!owns()) storage.assign(view.begin(), view.end());
     view = storage;
   }
 };

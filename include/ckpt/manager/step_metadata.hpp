@@ -60,9 +60,23 @@ inline std::string encode(const StepMetadata& m) {
   return j.dump(1);
 }
 
+// Writes <dir>/_CHECKPOINT_METADATA into a staging directory. A format that writes
+// the same file itself (ckpt::orbax, whose layout it is) keeps its keys; the
+// manager's keys are merged over them.
 inline void write_step_metadata(const std::filesystem::path& dir, const StepMetadata& m) {
-  const std::string text = encode(m);
-  io::write_file_synced(dir / step_metadata_file, std::as_bytes(std::span(text)));
+  const std::filesystem::path file = dir / step_metadata_file;
+  std::string text = encode(m);
+  std::error_code ec;
+  if (std::filesystem::exists(file, ec)) {
+    const auto bytes = io::read_file(file, max_step_metadata_bytes);
+    nlohmann::json merged = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+    if (merged.is_object()) {
+      merged.update(nlohmann::json::parse(text));
+      text = merged.dump(1);
+    }
+    std::filesystem::remove(file);  // the staging directory is not visible yet: no reader sees the gap
+  }
+  io::write_file_synced(file, std::as_bytes(std::span(text)));
 }
 
 // Reads <dir>/_CHECKPOINT_METADATA; any problem is a CorruptCheckpointError naming dir.
