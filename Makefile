@@ -57,17 +57,21 @@ demo: build
 	@echo "=== second run: resumes from the checkpoints in $(DEMO_DIR) ==="
 	$(BUILD_DIR)/examples/train_and_resume $(DEMO_DIR)
 
+# The second builds (sanitizers, clang) build the tests and the CLI they run, not the
+# examples and benchmarks the first build already compiled: CI has 2 cores.
+CHECK_ONLY := -DCKPT_BUILD_EXAMPLES=OFF -DCKPT_BUILD_BENCH=OFF
+
 # Consumer projects do not build with sanitizers, so they are left out here.
 sanitize: deps
-	$(call cmake_build,$(ASAN_BUILD_DIR),-DCKPT_SANITIZE=address$(,)undefined -DCKPT_CONSUMER_TESTS=OFF)
+	$(call cmake_build,$(ASAN_BUILD_DIR),-DCKPT_SANITIZE=address$(,)undefined -DCKPT_CONSUMER_TESTS=OFF $(CHECK_ONLY))
 	$(call ctest_run,$(ASAN_BUILD_DIR))
 
 tsan: deps
-	$(call cmake_build,$(TSAN_BUILD_DIR),-DCKPT_SANITIZE=thread -DCKPT_CONSUMER_TESTS=OFF)
+	$(call cmake_build,$(TSAN_BUILD_DIR),-DCKPT_SANITIZE=thread -DCKPT_CONSUMER_TESTS=OFF $(CHECK_ONLY))
 	$(call ctest_run,$(TSAN_BUILD_DIR))
 
 clang: deps
-	$(call cmake_build,$(CLANG_BUILD_DIR),-DCMAKE_CXX_COMPILER=clang++ -DCKPT_USE_SINGLE_INCLUDE=ON)
+	$(call cmake_build,$(CLANG_BUILD_DIR),-DCMAKE_CXX_COMPILER=clang++ -DCKPT_USE_SINGLE_INCLUDE=ON $(CHECK_ONLY))
 	$(call ctest_run,$(CLANG_BUILD_DIR))
 
 single-include:

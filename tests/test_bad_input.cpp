@@ -271,13 +271,13 @@ TEST_CASE("bad input: a missing checkpoint, manifest, commit marker or data file
   test::TempDir t;
   SUBCASE("no directory") {
     const fs::path dir = t / "nothing";
-    CHECK_CKPT_ERROR(ckpt::Error, ckpt::restore<Small>(dir), dir, "", "not a directory");
-    CHECK_CKPT_ERROR(ckpt::Error, ckpt::metadata(dir), dir, "", "not a directory");
+    CHECK_CKPT_ERROR(ckpt::Error, ckpt::restore<Small>(dir), dir, "", "nothing exists at this path");
+    CHECK_CKPT_ERROR(ckpt::Error, ckpt::metadata(dir), dir, "", "nothing exists at this path");
   }
-  SUBCASE("a file, not a directory") {
+  SUBCASE("a file that is no checkpoint") {  // a file could be Flax msgpack: detection says it is not
     const fs::path dir = t / "file";
     test::write_bytes(dir, Bytes{'x'});
-    CHECK_CKPT_ERROR(ckpt::Error, ckpt::restore<Small>(dir), dir, "", "not a directory");
+    CHECK_CKPT_ERROR(ckpt::Error, ckpt::restore<Small>(dir), dir, "", "not a checkpoint in any format ckpt reads");
   }
   SUBCASE("an empty directory") {
     const fs::path dir = t / "empty";

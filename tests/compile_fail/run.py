@@ -10,6 +10,7 @@ not from a broken snippet. `--self-test` runs the harness on snippets that must 
 reported as broken (one that compiles both ways, one whose message is wrong), so
 the harness is checked too.
 """
+import concurrent.futures
 import os
 import re
 import subprocess
@@ -43,7 +44,10 @@ def main(argv):
     argv = [a for a in argv if a != "--self-test"]
     sep = argv.index("--")
     compiler, flags, snippets = argv[0], argv[1:sep], argv[sep + 1:]
-    failures = [f for f in (check(compiler, flags, s) for s in snippets) if f]
+    # Each snippet compiles twice and each compile parses all of ckpt: use every core.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = list(pool.map(lambda s: check(compiler, flags, s), snippets))
+    failures = [f for f in results if f]
     if self_test:
         # Every self-test snippet is broken on purpose: the harness must catch each one.
         caught = len(failures)
