@@ -607,6 +607,19 @@ struct LeafBytes {
   std::span<const std::byte> view;
   std::vector<std::byte> storage;
 
+  LeafBytes() = default;
+  LeafBytes(LeafBytes&&) noexcept = default;  // a moved vector keeps its buffer: view stays valid
+  LeafBytes& operator=(LeafBytes&&) noexcept = default;
+  // A copy of an owning leaf views its own copy of the bytes, not the original's.
+  LeafBytes(const LeafBytes& o) : type(o.type), shape(o.shape), view(o.view), storage(o.storage) {
+    if (o.owns()) view = storage;
+  }
+  LeafBytes& operator=(const LeafBytes& o) {
+    if (this != &o) *this = LeafBytes(o);
+    return *this;
+  }
+  bool owns() const noexcept { return !storage.empty() && view.data() == storage.data(); }
+
   static LeafBytes borrow(dtype t, Shape s, const void* data, std::size_t size) {
     LeafBytes b;
     b.type = t;
@@ -624,7 +637,7 @@ struct LeafBytes {
   }
   // Makes the leaf independent of the value it was taken from (for async saves).
   void make_owned() {
-    if (storage.empty() || view.data() != storage.data()) storage.assign(view.begin(), view.end());
+    if (!owns()) storage.assign(view.begin(), view.end());
     view = storage;
   }
 };
@@ -1250,8 +1263,7 @@ class Path {
 //
 // Boost 1.81's PFR has no get_name, so ckpt carries the technique of later PFR:
 // take the address of field I of an object that is never used at run time (an
-// undefined extern on clang, an inactive union member on GCC), pass it as a
-// template argument, and read the field's name back out of __PRETTY_FUNCTION__.
+// inactive union member), pass it as a template argument, and read the field's name back out of __PRETTY_FUNCTION__.
 // The pointer is wrapped in a one-member struct because clang 14-16 reject raw
 // pointers to subobjects as template arguments. Where the name sits inside the
 // pretty function is learned from a probe struct, and static_asserted on it.
@@ -1315,44 +1327,30 @@ struct field_address {
 template <class T>
 field_address(const T*) -> field_address<T>;
 
-#if defined(__clang__)
-// Never defined: only the addresses of its members are used, at compile time.
-// (clang 14 accepts this for local types too, and rejects the union below.)
-template <class T>
-extern const T never_defined_object;
-#define CKPT_DETAIL_FAKE_OBJECT(T) never_defined_object<T>
-#else
-// A constexpr object whose T member is never active: its members' addresses are
-// constants even for local types, which GCC refuses to declare extern.
+// An object whose T member is never active and never touched at run time: only the
+// addresses of its members are used, as constants. A union with a constexpr
+// constructor is constant-initialized for any T (no constructor of T runs), and,
+// unlike an undefined extern, it also works for local types and types in anonymous
+// namespaces, on GCC and clang alike.
 template <class T>
 union fake_storage {
   char unused;
   T value;
   constexpr fake_storage() : unused() {}
-  constexpr ~fake_storage() {}
+  ~fake_storage() {}
 };
 template <class T>
-inline constexpr fake_storage<T> fake_object{};
-#define CKPT_DETAIL_FAKE_OBJECT(T) fake_object<T>.value
-#endif
+inline fake_storage<T> fake_object{};
 
 template <auto Address>
 consteval std::string_view pretty_function_of() {
   return __PRETTY_FUNCTION__;
 }
 
-#if defined(__clang__)
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Wundefined-var-template"  // never defined on purpose
-#endif
 template <class T, std::size_t I>
 consteval std::string_view raw_field_signature() {
-  return pretty_function_of<field_address{&aggregate_field<I>(CKPT_DETAIL_FAKE_OBJECT(T))}>();
+  return pretty_function_of<field_address{&aggregate_field<I>(fake_object<T>.value)}>();
 }
-#if defined(__clang__)
-#pragma clang diagnostic pop
-#endif
-#undef CKPT_DETAIL_FAKE_OBJECT
 
 struct field_name_probe {
   int ckpt_probe_field_name;
@@ -6951,9 +6949,23 @@ inline std::string encode(const StepMetadata& m) {
   return j.dump(1);
 }
 
+// Writes <dir>/_CHECKPOINT_METADATA into a staging directory. A format that writes
+// the same file itself (ckpt::orbax, whose layout it is) keeps its keys; the
+// manager's keys are merged over them.
 inline void write_step_metadata(const std::filesystem::path& dir, const StepMetadata& m) {
-  const std::string text = encode(m);
-  io::write_file_synced(dir / step_metadata_file, std::as_bytes(std::span(text)));
+  const std::filesystem::path file = dir / step_metadata_file;
+  std::string text = encode(m);
+  std::error_code ec;
+  if (std::filesystem::exists(file, ec)) {
+    const auto bytes = io::read_file(file, max_step_metadata_bytes);
+    nlohmann::json merged = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+    if (merged.is_object()) {
+      merged.update(nlohmann::json::parse(text));
+      text = merged.dump(1);
+    }
+    std::filesystem::remove(file);  // the staging directory is not visible yet: no reader sees the gap
+  }
+  io::write_file_synced(file, std::as_bytes(std::span(text)));
 }
 
 // Reads <dir>/_CHECKPOINT_METADATA; any problem is a CorruptCheckpointError naming dir.
@@ -7259,6 +7271,17 @@ class CheckpointManager {
   }
   void restore_into(std::int64_t step, State& state, const RestoreOptions& opts = {}) {
     ckpt::restore_into(dir_to_read(step), state, opts);
+  }
+  // Steps written by an older version of State, through a migration or a chain
+  // (migrate.hpp): restore(step, m) and restore(std::nullopt, chain) for the latest.
+  template <class Old, class... R>
+  State restore(std::optional<std::int64_t> step, const Migration<Old, State, R...>& m, const RestoreOptions& opts = {}) {
+    return ckpt::restore<State>(dir_to_read(step), m, opts);
+  }
+  template <class... M>
+    requires(sizeof...(M) >= 1)
+  State restore(std::optional<std::int64_t> step, const Chain<M...>& c, const RestoreOptions& opts = {}) {
+    return ckpt::restore<State>(dir_to_read(step), c, opts);
   }
 
   // A tree item saved with the step (restorable without the state).
