@@ -114,15 +114,8 @@ std::vector<std::size_t> epoch_order(std::uint64_t shuffle_seed) {
   return order;
 }
 
-void adam_update(xt::xtensor<float, 2>& p, xt::xtensor<float, 2>& m, xt::xtensor<float, 2>& v,
-                 const xt::xtensor<float, 2>& g, const TrainState& s, float bc1, float bc2) {
-  const float b1 = s.config.at("beta1"), b2 = s.config.at("beta2"), lr = s.config.at("learning_rate");
-  m = b1 * m + (1 - b1) * g;
-  v = b2 * v + (1 - b2) * g * g;
-  p -= lr * (m / bc1) / (xt::sqrt(v / bc2) + s.config.at("eps"));
-}
-void adam_update(xt::xtensor<float, 1>& p, xt::xtensor<float, 1>& m, xt::xtensor<float, 1>& v,
-                 const xt::xtensor<float, 1>& g, const TrainState& s, float bc1, float bc2) {
+template <class Tensor>
+void adam_update(Tensor& p, Tensor& m, Tensor& v, const Tensor& g, const TrainState& s, float bc1, float bc2) {
   const float b1 = s.config.at("beta1"), b2 = s.config.at("beta2"), lr = s.config.at("learning_rate");
   m = b1 * m + (1 - b1) * g;
   v = b2 * v + (1 - b2) * g * g;

@@ -7,6 +7,7 @@
 
 #include <ckpt/ckpt.hpp>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -49,6 +50,29 @@ inline std::vector<char> read_bytes(const fs::path& p) {
 inline void write_bytes(const fs::path& p, const std::vector<char>& bytes) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Runs Python code (CKPT_PYTHON: Debian's python3 with numpy, msgpack and zarr, the
+// interop oracles) with `dir` as sys.argv[1]; returns its output, failing the test
+// when it exits non-zero.
+inline std::string python(const std::string& code, const fs::path& dir) {
+  TempDir tmp;
+  const auto script = tmp / "check.py";
+  {
+    std::ofstream f(script);
+    f << code;
+  }
+  const std::string cmd = std::string(CKPT_PYTHON) + " " + script.string() + " " + dir.string() + " 2>&1";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = ::pclose(p);
+  INFO(out);
+  REQUIRE(rc == 0);
+  return out;
 }
 
 }  // namespace test

@@ -14,25 +14,7 @@ namespace interop_test {
 
 namespace fs = std::filesystem;
 
-std::string python(const std::string& code, const fs::path& dir) {
-  test::TempDir tmp;
-  const auto script = tmp / "check.py";
-  {
-    std::ofstream f(script);
-    f << code;
-  }
-  const std::string cmd = std::string(CKPT_PYTHON) + " " + script.string() + " " + dir.string() + " 2>&1";
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int rc = ::pclose(p);
-  INFO(out);
-  REQUIRE(rc == 0);
-  return out;
-}
+using test::python;
 
 std::string hex(const std::vector<std::byte>& b) {
   static const char* d = "0123456789abcdef";

@@ -4255,15 +4255,17 @@ class IndexBuilder {
 
 // The leaves of a Snapshot as a tree, for writers of nested formats (msgpack maps,
 // directories): children in first-appearance order.
+// (Children are held by pointer: clang with libstdc++ refuses a std::pair of the
+// still-incomplete SnapNode inside its own definition.)
 struct SnapNode {
-  std::vector<std::pair<std::string, SnapNode>> children;
+  std::vector<std::pair<std::string, std::unique_ptr<SnapNode>>> children;
   const SnapshotLeaf* leaf = nullptr;
 
   SnapNode& child(const std::string& k) {
     for (auto& [name, n] : children)
-      if (name == k) return n;
-    children.emplace_back(k, SnapNode{});
-    return children.back().second;
+      if (name == k) return *n;
+    children.emplace_back(k, std::make_unique<SnapNode>());
+    return *children.back().second;
   }
 };
 
@@ -4579,7 +4581,7 @@ inline void write_tree(PieceWriter& w, const SnapNode& n, const std::string& che
   w.pk().pack_map(static_cast<std::uint32_t>(n.children.size()));
   for (const auto& [k, c] : n.children) {
     w.str(k);
-    write_tree(w, c, checkpoint, hook);
+    write_tree(w, *c, checkpoint, hook);
   }
 }
 
@@ -4938,7 +4940,7 @@ inline void write_node(const fs::path& dir, const interop::SnapNode& n, io::code
     if (!safe_name(k) || k[0] == '.')
       throw Error(checkpoint, p.child(k).str(), "key " + native_format::quote_for_message(k) +
                                                     " cannot be a zarr directory name");
-    write_node(dir / k, child, c, level, checkpoint, p.child(k));
+    write_node(dir / k, *child, c, level, checkpoint, p.child(k));
   }
 }
 
@@ -4954,7 +4956,7 @@ struct basic_zarr_v2 {
     for (const auto& [k, child] : root.children) {
       if (!zarr::safe_name(k) || k[0] == '.')
         throw Error(dir.string(), k, "key cannot be a zarr directory name");
-      zarr::write_node(dir / k, child, C, Level, dir.string(), Path({k}));
+      zarr::write_node(dir / k, *child, C, Level, dir.string(), Path({k}));
     }
   }
   static bool detect(const std::filesystem::path& dir) {

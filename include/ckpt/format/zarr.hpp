@@ -86,7 +86,7 @@ inline void write_node(const fs::path& dir, const interop::SnapNode& n, io::code
     if (!safe_name(k) || k[0] == '.')
       throw Error(checkpoint, p.child(k).str(), "key " + native_format::quote_for_message(k) +
                                                     " cannot be a zarr directory name");
-    write_node(dir / k, child, c, level, checkpoint, p.child(k));
+    write_node(dir / k, *child, c, level, checkpoint, p.child(k));
   }
 }
 
@@ -102,7 +102,7 @@ struct basic_zarr_v2 {
     for (const auto& [k, child] : root.children) {
       if (!zarr::safe_name(k) || k[0] == '.')
         throw Error(dir.string(), k, "key cannot be a zarr directory name");
-      zarr::write_node(dir / k, child, C, Level, dir.string(), Path({k}));
+      zarr::write_node(dir / k, *child, C, Level, dir.string(), Path({k}));
     }
   }
   static bool detect(const std::filesystem::path& dir) {

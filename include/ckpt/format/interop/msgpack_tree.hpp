@@ -317,7 +317,7 @@ inline void write_tree(PieceWriter& w, const SnapNode& n, const std::string& che
   w.pk().pack_map(static_cast<std::uint32_t>(n.children.size()));
   for (const auto& [k, c] : n.children) {
     w.str(k);
-    write_tree(w, c, checkpoint, hook);
+    write_tree(w, *c, checkpoint, hook);
   }
 }
 

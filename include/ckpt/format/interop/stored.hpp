@@ -134,15 +134,17 @@ class IndexBuilder {
 
 // The leaves of a Snapshot as a tree, for writers of nested formats (msgpack maps,
 // directories): children in first-appearance order.
+// (Children are held by pointer: clang with libstdc++ refuses a std::pair of the
+// still-incomplete SnapNode inside its own definition.)
 struct SnapNode {
-  std::vector<std::pair<std::string, SnapNode>> children;
+  std::vector<std::pair<std::string, std::unique_ptr<SnapNode>>> children;
   const SnapshotLeaf* leaf = nullptr;
 
   SnapNode& child(const std::string& k) {
     for (auto& [name, n] : children)
-      if (name == k) return n;
-    children.emplace_back(k, SnapNode{});
-    return children.back().second;
+      if (name == k) return *n;
+    children.emplace_back(k, std::make_unique<SnapNode>());
+    return *children.back().second;
   }
 };
 
