@@ -460,7 +460,7 @@ void expect_error(const fs::path& p, const std::string& fragment) {
 TEST_CASE("hostile t5x specs: absolute paths, '..', other drivers, huge shapes") {
   test::TempDir tmp;
   int n = 0;
-  for (auto [edit, fragment] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& edit_and_fragment : std::vector<std::pair<std::string, std::string>>{
            {"spec['kvstore']['path'] = '/etc/'", "not relative"},
            {"spec['kvstore']['path'] = '../../etc'", "leaves the checkpoint"},
            {"spec['kvstore']['path'] = 'state.param_states.bias/../../x'", "leaves the checkpoint"},
@@ -473,6 +473,8 @@ TEST_CASE("hostile t5x specs: absolute paths, '..', other drivers, huge shapes")
            {"spec['dtype'] = 'object'", "not supported"},
            {"spec['metadata']['shape'] = [-1, 5]", "shape"},
        }) {
+    const std::string& edit = edit_and_fragment.first;  // no structured binding: clang 14 cannot CAPTURE one
+    const std::string& fragment = edit_and_fragment.second;
     CAPTURE(edit);
     const fs::path d = tmp / ("c" + std::to_string(n++));
     copy_fixture(d);

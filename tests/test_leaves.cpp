@@ -126,7 +126,9 @@ TEST_CASE("scalars of every dtype round-trip, with numpy's dtype names") {
       {"u64", "uint64"},   {"f32", "float32"},   {"f64", "float64"},       {"color", "uint8"},
       {"plain", "int32"},  {"c64", "complex64"}, {"c128", "complex128"},   {"bf16", "bfloat16"},
       {"f16", "float16"},  {"text", "string"}};
-  for (const auto& [path, name] : dtypes) {
+  for (const auto& leaf_dtype : dtypes) {  // no structured binding: clang 14 cannot capture one in CAPTURE
+    const std::string& path = leaf_dtype.first;
+    const std::string& name = leaf_dtype.second;
     CAPTURE(path);
     CHECK(ckpt::dtype_name(md.leaf(path).dtype()) == name);
     CHECK(md.leaf(path).shape().empty());

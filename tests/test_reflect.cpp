@@ -39,6 +39,7 @@ class Private {
   Private(int a, std::string b) : a_(a), b_(std::move(b)) {}
   int a() const { return a_; }
   const std::string& b() const { return b_; }
+  int not_saved() const { return not_saved_; }
   friend constexpr auto ckpt_fields(ckpt::type_tag<Private>) {
     return ckpt::fields(ckpt::field("a", &Private::a_), ckpt::field("b", &Private::b_));
   }
@@ -114,6 +115,8 @@ TEST_CASE("Hana structs and the ckpt_fields customization point round-trip") {
   CHECK(r.ha.delta == "delta");
   CHECK(r.p.a() == 11);
   CHECK(r.p.b() == "bee");
+  CHECK(r.p.not_saved() == 42);
+  CHECK_FALSE(ckpt::metadata(tmp / "c").contains("p.not_saved_"));
 }
 
 TEST_CASE("a path's dotted form escapes '.', '\\\\' and NUL and parses back") {
