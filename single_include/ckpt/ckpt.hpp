@@ -5623,9 +5623,16 @@ consteval auto join() {
   return out;
 }
 
-constexpr std::string_view head_of(std::string_view p) { return p.substr(0, p.find('.')); }
+// A plain loop, not string_view::find: GCC 12 with -fsanitize=undefined cannot
+// evaluate find's null-pointer check in a constant expression.
+constexpr std::size_t find_char(std::string_view p, char c) {
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (p[i] == c) return i;
+  return std::string_view::npos;
+}
+constexpr std::string_view head_of(std::string_view p) { return p.substr(0, find_char(p, '.')); }
 constexpr std::string_view tail_of(std::string_view p) {
-  const auto dot = p.find('.');
+  const auto dot = find_char(p, '.');
   return dot == std::string_view::npos ? std::string_view{} : p.substr(dot + 1);
 }
 template <fixed_string P>
@@ -5808,7 +5815,7 @@ class Migration {
       if constexpr (!has_path<Old>(source)) {
         static_assert(node::always_false<R>, "\n\n******** ckpt: a migration rule names a path the old type lacks. ********\n");
         (void)sizeof(CKPT_ERROR_migration_a_rule_names_a_path_that_the_old_type_lacks<Old, detail::printable<R::source>>);
-      } else if constexpr (R::kind == rule_kind::rename && source.find('*') != std::string_view::npos) {
+      } else if constexpr (R::kind == rule_kind::rename && find_char(source, '*') != std::string_view::npos) {
         static_assert(node::always_false<R>, "\n\n******** ckpt: a rename's source cannot contain \"*\". ********\n");
         (void)sizeof(CKPT_ERROR_migration_a_rename_path_cannot_contain_a_wildcard<detail::printable<R::source>>);
       }

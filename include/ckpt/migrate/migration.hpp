@@ -101,7 +101,7 @@ class Migration {
       if constexpr (!has_path<Old>(source)) {
         static_assert(node::always_false<R>, "\n\n******** ckpt: a migration rule names a path the old type lacks. ********\n");
         (void)sizeof(CKPT_ERROR_migration_a_rule_names_a_path_that_the_old_type_lacks<Old, detail::printable<R::source>>);
-      } else if constexpr (R::kind == rule_kind::rename && source.find('*') != std::string_view::npos) {
+      } else if constexpr (R::kind == rule_kind::rename && find_char(source, '*') != std::string_view::npos) {
         static_assert(node::always_false<R>, "\n\n******** ckpt: a rename's source cannot contain \"*\". ********\n");
         (void)sizeof(CKPT_ERROR_migration_a_rename_path_cannot_contain_a_wildcard<detail::printable<R::source>>);
       }

@@ -30,9 +30,16 @@ consteval auto join() {
   return out;
 }
 
-constexpr std::string_view head_of(std::string_view p) { return p.substr(0, p.find('.')); }
+// A plain loop, not string_view::find: GCC 12 with -fsanitize=undefined cannot
+// evaluate find's null-pointer check in a constant expression.
+constexpr std::size_t find_char(std::string_view p, char c) {
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (p[i] == c) return i;
+  return std::string_view::npos;
+}
+constexpr std::string_view head_of(std::string_view p) { return p.substr(0, find_char(p, '.')); }
 constexpr std::string_view tail_of(std::string_view p) {
-  const auto dot = p.find('.');
+  const auto dot = find_char(p, '.');
   return dot == std::string_view::npos ? std::string_view{} : p.substr(dot + 1);
 }
 template <fixed_string P>
