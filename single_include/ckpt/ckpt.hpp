@@ -700,7 +700,7 @@ class LeafSource {
   // Reads n elements converted to `target` into dst (n * dtype_size(target) bytes).
   void read_as(dtype target, std::span<std::byte> dst) const {
     if (shape_only()) {
-      std::memset(dst.data(), 0, dst.size());
+      if (!dst.empty()) std::memset(dst.data(), 0, dst.size());  // an empty array's data() may be null
       return;
     }
     if (type() == target) {
