@@ -80,7 +80,7 @@ struct Snapshot {
     for (auto& l : leaves) {
       if (!borrowed(l)) continue;
       const std::size_t n = l.data.view.size();
-      std::memcpy(base + at, l.data.view.data(), n);
+      if (n > 0) std::memcpy(base + at, l.data.view.data(), n);  // an empty leaf's data() may be null
       l.data.view = {base + at, n};
       at += (n + align - 1) / align * align;
     }

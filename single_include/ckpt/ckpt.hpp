@@ -2528,7 +2528,7 @@ struct Snapshot {
     for (auto& l : leaves) {
       if (!borrowed(l)) continue;
       const std::size_t n = l.data.view.size();
-      std::memcpy(base + at, l.data.view.data(), n);
+      if (n > 0) std::memcpy(base + at, l.data.view.data(), n);  // an empty leaf's data() may be null
       l.data.view = {base + at, n};
       at += (n + align - 1) / align * align;
     }
@@ -4007,8 +4007,9 @@ inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::b
   const std::size_t es = dtype_size(m.type);
   const std::size_t rank = m.shape.size();
   // prefill with fill_value: missing chunks read as it
-  if (m.fill.empty()) std::memset(dst.data(), 0, dst.size());
-  else
+  if (m.fill.empty()) {
+    if (!dst.empty()) std::memset(dst.data(), 0, dst.size());  // an empty array's data() may be null
+  } else
     for (std::size_t i = 0; i + es <= dst.size(); i += es) std::memcpy(dst.data() + i, m.fill.data(), es);
   if (element_count(m.shape) == 0) return;
 

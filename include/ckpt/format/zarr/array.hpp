@@ -367,8 +367,9 @@ inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::b
   const std::size_t es = dtype_size(m.type);
   const std::size_t rank = m.shape.size();
   // prefill with fill_value: missing chunks read as it
-  if (m.fill.empty()) std::memset(dst.data(), 0, dst.size());
-  else
+  if (m.fill.empty()) {
+    if (!dst.empty()) std::memset(dst.data(), 0, dst.size());  // an empty array's data() may be null
+  } else
     for (std::size_t i = 0; i + es <= dst.size(); i += es) std::memcpy(dst.data() + i, m.fill.data(), es);
   if (element_count(m.shape) == 0) return;
 
