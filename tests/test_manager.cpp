@@ -759,3 +759,30 @@ TEST_CASE("snapshot: make_owned(SnapshotBuffer&) copies into one reused allocati
 }
 
 }  // namespace manager_test
+
+namespace manager_empty_test {
+struct WithEmpty {
+  std::int64_t step = 0;
+  std::vector<float> none_yet;      // an empty leaf: its data() may be null
+  xt::xtensor<float, 1> also_empty;
+  std::vector<float> some = {1, 2, 3};
+};
+}  // namespace manager_empty_test
+
+TEST_CASE("async saves copy states holding empty arrays") {
+  using manager_empty_test::WithEmpty;
+  test::TempDir tmp;
+  ckpt::CheckpointManager<WithEmpty, ckpt::async_save> mgr(tmp / "run");
+  WithEmpty s;
+  s.step = 1;
+  CHECK(mgr.save(1, s));
+  s.some.push_back(4);
+  s.step = 2;
+  CHECK(mgr.save(2, s));
+  mgr.wait_until_finished();
+  const WithEmpty r = mgr.restore();
+  CHECK(r.step == 2);
+  CHECK(r.none_yet.empty());
+  CHECK(r.also_empty.size() == 0);
+  CHECK(r.some == std::vector<float>{1, 2, 3, 4});
+}
