@@ -5,7 +5,7 @@
 
 #include <doctest/doctest.h>
 
-#include <ckpt/ckpt.hpp>
+#include <ckpt/formats.hpp>
 
 #include <cstdio>
 #include <cstdlib>

@@ -11,7 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <ckpt/ckpt.hpp>
+#include <ckpt/formats.hpp>
 
 #include <chrono>
 #include <cmath>

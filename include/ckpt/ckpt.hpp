@@ -36,12 +36,12 @@
 #include <ckpt/snapshot.hpp>
 #include <ckpt/snapshot_edit.hpp>
 #include <ckpt/index.hpp>
+#include <ckpt/format/format.hpp>
+#include <ckpt/format/registry.hpp>
 #include <ckpt/format/native.hpp>
-#include <ckpt/format/detect.hpp>
 #include <ckpt/save.hpp>
 #include <ckpt/restore.hpp>
 #include <ckpt/migrate.hpp>
-#include <ckpt/flax_checkpoints.hpp>
 
 #include <ckpt/exec/executor.hpp>
 #include <ckpt/exec/sync_save.hpp>

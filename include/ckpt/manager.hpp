@@ -131,16 +131,6 @@ struct is_executor : std::bool_constant<executor_policy<P>> {};
 template <class P>
 struct is_format : std::bool_constant<format_policy<P>> {};
 
-// A step directory is committed when the format's commit marker is there.
-template <class Format>
-bool is_committed(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if constexpr (requires { Format::is_committed(dir); }) return Format::is_committed(dir);
-  else if constexpr (std::is_same_v<Format, native>)
-    return std::filesystem::is_regular_file(dir / native_format::commit_file, ec);
-  else return Format::detect(dir);
-}
-
 }  // namespace manager_detail
 
 template <class State, class... Policies>
@@ -391,7 +381,7 @@ class CheckpointManager {
       const std::string name = e.path().filename().string();
       if (!e.is_directory(ec)) continue;
       const bool tmp = name.starts_with(io::staging_prefix);
-      const bool torn = !tmp && naming_.parse(name) && !manager_detail::is_committed<format_type>(e.path());
+      const bool torn = !tmp && naming_.parse(name) && !format_type::is_committed(e.path());
       if (tmp || torn) {
         std::error_code rm;
         std::filesystem::remove_all(e.path(), rm);
@@ -408,7 +398,7 @@ class CheckpointManager {
       for (const auto& e : std::filesystem::directory_iterator(root_, ec)) {
         const std::string name = e.path().filename().string();
         const auto step = naming_.parse(name);
-        if (!step || !e.is_directory(ec) || !manager_detail::is_committed<format_type>(e.path())) continue;
+        if (!step || !e.is_directory(ec) || !format_type::is_committed(e.path())) continue;
         // Two spellings of one step (another fixed length): the canonical one wins.
         if (found.contains(*step) && name != naming_.name(*step)) continue;
         found[*step] = load_info(e.path(), name);

@@ -4,7 +4,8 @@
 #include <filesystem>
 #include <memory>
 
-#include <ckpt/format/detect.hpp>
+#include <ckpt/format/native.hpp>
+#include <ckpt/format/registry.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/tree/fill.hpp>
 #include <ckpt/tree/tree.hpp>

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <ckpt/format/registry.hpp>
 #include <ckpt/format/interop/msgpack_tree.hpp>
 #include <ckpt/io/staging_dir.hpp>
 #include <ckpt/options.hpp>
@@ -120,11 +121,14 @@ struct flax_msgpack {
     if (std::filesystem::is_directory(p, ec)) return flax_detail::looks_like_msgpack_map(p / "checkpoint");
     return flax_detail::looks_like_msgpack_map(p);
   }
+  // The file is renamed into place whole.
+  static bool is_committed(const std::filesystem::path& p) { return detect(p); }
   static std::shared_ptr<const Index> open(const std::filesystem::path& p) {
     std::error_code ec;
     if (std::filesystem::is_directory(p, ec)) return flax_detail::open_msgpack(p / "checkpoint", p.string(), "flax");
     return flax_detail::open_msgpack(p, p.string(), "flax");
   }
 };
+inline const bool flax_msgpack_registered = register_format<flax_msgpack>(40);
 
 }  // namespace ckpt

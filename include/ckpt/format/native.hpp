@@ -1,15 +1,12 @@
-// ckpt/format/native.hpp — the default storage format, as a policy type for save<Format>.
+// ckpt/format/native.hpp — ckpt::native, the default format, as a policy type for save<Format>.
 //
-// A format policy provides:
-//   static constexpr const char* name;
-//   static void write(const Snapshot&, const fs::path& staging_dir, const SaveOptions&);
-//   static bool detect(const fs::path& dir);                      // does dir hold this format?
-//   static std::shared_ptr<const Index> open(const fs::path& dir); // manifest only, no data
-// It never sees the C++ type being saved.
+// The format itself (manifest, data files, commit marker) is in format/native/.
 #pragma once
 
+#include <ckpt/format/format.hpp>
 #include <ckpt/format/native/reader.hpp>
 #include <ckpt/format/native/writer.hpp>
+#include <ckpt/format/registry.hpp>
 
 namespace ckpt {
 
@@ -19,16 +16,14 @@ struct native {
     native_format::write(s, dir, o);
   }
   static bool detect(const std::filesystem::path& dir) { return native_format::detect(dir); }
+  // The commit marker is written last, after every data file and the manifest are durable.
+  static bool is_committed(const std::filesystem::path& dir) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(dir / native_format::commit_file, ec);
+  }
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir) { return native_format::open(dir); }
 };
-
-template <class F>
-concept format_policy = requires(const Snapshot& s, const std::filesystem::path& p, const SaveOptions& o) {
-  { F::name } -> std::convertible_to<const char*>;
-  F::write(s, p, o);
-  { F::detect(p) } -> std::convertible_to<bool>;
-  { F::open(p) } -> std::convertible_to<std::shared_ptr<const Index>>;
-};
 static_assert(format_policy<native>);
+inline const bool native_registered = register_format<native>(0);
 
 }  // namespace ckpt

@@ -19,6 +19,7 @@
 #include <set>
 #include <string>
 
+#include <ckpt/format/registry.hpp>
 #include <ckpt/format/t5x.hpp>
 
 namespace ckpt {
@@ -177,6 +178,10 @@ struct basic_orbax {
     return zarr::is_file(dir / od::default_item / od::tree_metadata);
   }
 
+  // Orbax publishes a step by renaming it into place (commit_success.txt is written on
+  // object stores only), so a step whose metadata is there counts.
+  static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
+
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
     namespace od = orbax_detail;
     const std::string ckpt = dir.string();
@@ -207,5 +212,6 @@ struct basic_orbax {
   }
 };
 using orbax = basic_orbax<>;
+inline const bool orbax_registered = register_format<orbax>(10);
 
 }  // namespace ckpt

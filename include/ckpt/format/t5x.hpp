@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 
+#include <ckpt/format/registry.hpp>
 #include <ckpt/format/flax.hpp>
 #include <ckpt/format/zarr.hpp>
 
@@ -183,6 +184,9 @@ struct basic_t5x {
     return std::filesystem::is_directory(dir, ec) && flax_detail::looks_like_msgpack_map(dir / "checkpoint");
   }
 
+  // t5x writes `checkpoint` last, after every array: its presence means the step is whole.
+  static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
+
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec)) throw Error(dir.string(), "", "no t5x checkpoint here (not a directory)");
@@ -190,5 +194,6 @@ struct basic_t5x {
   }
 };
 using t5x = basic_t5x<>;
+inline const bool t5x_registered = register_format<t5x>(20);
 
 }  // namespace ckpt

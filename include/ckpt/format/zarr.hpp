@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include <ckpt/format/registry.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/options.hpp>
@@ -108,6 +109,8 @@ struct basic_zarr_v2 {
   static bool detect(const std::filesystem::path& dir) {
     return zarr::is_file(dir / ".zgroup") || zarr::is_file(dir / ".zarray");
   }
+  // zarr has no commit marker: a group or array whose metadata file is there counts.
+  static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
     const std::string ckpt = dir.string();
     interop::IndexBuilder b(ckpt);
@@ -127,5 +130,6 @@ struct basic_zarr_v2 {
   }
 };
 using zarr_v2 = basic_zarr_v2<>;
+inline const bool zarr_v2_registered = register_format<zarr_v2>(30);
 
 }  // namespace ckpt

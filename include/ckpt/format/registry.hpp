@@ -1,0 +1,101 @@
+// ckpt/format/registry.hpp — the formats this program can open, and open_index(path).
+//
+// restore, restore_tree, metadata, the manager and the CLI open a checkpoint through
+// open_index, which asks every registered format whether the path holds it. A format
+// registers itself by its header (one inline variable): a program that includes only
+// <ckpt/ckpt.hpp> knows the native format alone and compiles none of the interop readers;
+// <ckpt/formats.hpp> adds all of them.
+#pragma once
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <ckpt/error.hpp>
+#include <ckpt/format/format.hpp>
+
+namespace ckpt {
+
+// One registered format, as function pointers so that the list holds any format type.
+struct FormatEntry {
+  std::string_view name;
+  // Lower first; formats whose layouts contain another's marker files go before it
+  // (Orbax step directories hold t5x-like msgpack files).
+  int detect_order = 100;
+  bool (*detect)(const std::filesystem::path&) = nullptr;
+  bool (*is_committed)(const std::filesystem::path&) = nullptr;
+  std::shared_ptr<const Index> (*open)(const std::filesystem::path&) = nullptr;
+};
+
+namespace detail {
+// Function-local so that registration from other headers' inline variables never runs
+// before it exists (static initialisation order across translation units).
+inline std::vector<FormatEntry>& format_list() {
+  static std::vector<FormatEntry> list;
+  return list;
+}
+}  // namespace detail
+
+// Adds F to the list once (by name); returns true so that it can initialise an inline variable.
+template <readable_format F>
+bool register_format(int detect_order = 100) {
+  auto& list = detail::format_list();
+  const std::string_view name = F::name;
+  if (std::none_of(list.begin(), list.end(), [&](const FormatEntry& e) { return e.name == name; })) {
+    list.push_back({name, detect_order, [](const std::filesystem::path& p) -> bool { return F::detect(p); },
+                    [](const std::filesystem::path& p) -> bool { return F::is_committed(p); },
+                    [](const std::filesystem::path& p) -> std::shared_ptr<const Index> { return F::open(p); }});
+    std::stable_sort(list.begin(), list.end(),
+                     [](const FormatEntry& a, const FormatEntry& b) { return a.detect_order < b.detect_order; });
+  }
+  return true;
+}
+
+// The registered formats, in detection order. Registration happens during static
+// initialisation, before main; read the list after that.
+inline const std::vector<FormatEntry>& registered_formats() { return detail::format_list(); }
+
+// The registered format of that name, or nullptr.
+inline const FormatEntry* find_format(std::string_view name) {
+  for (const auto& e : registered_formats())
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+// The format that path holds, or nullptr when no registered format recognises it.
+inline const FormatEntry* detect_format_entry(const std::filesystem::path& path) {
+  for (const auto& e : registered_formats())
+    if (e.detect(path)) return &e;
+  return nullptr;
+}
+
+// The name of the format at path ("native", "orbax", ...), or "" when none.
+inline std::string detect_format(const std::filesystem::path& path) {
+  const FormatEntry* e = detect_format_entry(path);
+  return e ? std::string(e->name) : std::string();
+}
+
+// A comma-separated list of the registered format names, for messages.
+inline std::string registered_format_names() {
+  std::string s;
+  for (const auto& e : registered_formats()) s += (s.empty() ? "" : ", ") + std::string(e.name);
+  return s;
+}
+
+// Opens whatever registered format path holds. With no match, a directory is opened as
+// native (its error says what is missing).
+inline std::shared_ptr<const Index> open_index(const std::filesystem::path& path) {
+  if (const FormatEntry* e = detect_format_entry(path)) return e->open(path);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw Error(path.string(), "", "no checkpoint here (nothing exists at this path)");
+  if (const FormatEntry* native = find_format("native"); native && std::filesystem::is_directory(path, ec))
+    return native->open(path);
+  throw Error(path.string(), "",
+              "not a checkpoint in any format this program reads (" + registered_format_names() +
+                  "; include <ckpt/formats.hpp> for Orbax, t5x, zarr and Flax)");
+}
+
+}  // namespace ckpt
