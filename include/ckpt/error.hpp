@@ -5,8 +5,10 @@
 // parts separately read checkpoint() and path().
 #pragma once
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -70,5 +72,22 @@ class CorruptCheckpointError : public Error {
  public:
   using Error::Error;
 };
+
+// A string read from a checkpoint, quoted for an error message: bytes outside printable
+// ASCII become \xNN, since a NUL would cut what() short and others garble terminals.
+inline std::string quote_for_message(std::string_view s) {
+  std::string q = "\"";
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      q += buf;
+    } else {
+      q.push_back(c);
+    }
+  }
+  return q + "\"";
+}
 
 }  // namespace ckpt

@@ -105,7 +105,7 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
     else
       fail(where, "entry has no value_type");
     if (type == "jax.Array" || type == "np.ndarray" || type == "scalar") {
-      if (!zarr::safe_name(name)) fail(where, "leaf name " + native_format::quote_for_message(name) + " leaves the item directory");
+      if (!zarr::safe_name(name)) fail(where, "leaf name " + quote_for_message(name) + " leaves the item directory");
       const fs::path adir = item / name;
       if (!zarr::is_file(adir / ".zarray")) throw CorruptCheckpointError(ckpt, where, "array " + name + "/.zarray is missing");
       b.add_zarr(p, adir, name, zarr::open_array(adir, ckpt, where));
@@ -117,7 +117,7 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
     } else if (type == "None" || type == "Dict" || type == "List" || type == "Tuple" || type == "NamedTuple") {
       b.add_none(p);
     } else {
-      fail(where, "value_type " + native_format::quote_for_message(type) + " is not supported");
+      fail(where, "value_type " + quote_for_message(type) + " is not supported");
     }
   }
 }

@@ -35,7 +35,7 @@ inline constexpr std::string_view placeholder = "PLACEHOLDER://";
 inline fs::path checked_relative(std::string s, const std::string& checkpoint, const Path& p) {
   while (!s.empty() && s.back() == '/') s.pop_back();
   if (s.empty() || s[0] == '/')
-    throw CorruptCheckpointError(checkpoint, p.str(), "array path " + native_format::quote_for_message(s) +
+    throw CorruptCheckpointError(checkpoint, p.str(), "array path " + quote_for_message(s) +
                                                           " is not relative to the checkpoint");
   fs::path out;
   std::size_t at = 0;
@@ -43,7 +43,7 @@ inline fs::path checked_relative(std::string s, const std::string& checkpoint, c
     const std::size_t slash = std::min(s.find('/', at), s.size());
     const std::string part = s.substr(at, slash - at);
     if (!zarr::safe_name(part))
-      throw CorruptCheckpointError(checkpoint, p.str(), "array path " + native_format::quote_for_message(s) +
+      throw CorruptCheckpointError(checkpoint, p.str(), "array path " + quote_for_message(s) +
                                                             " leaves the checkpoint directory");
     out /= part;
     at = slash + 1;
