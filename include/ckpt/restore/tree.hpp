@@ -1,4 +1,4 @@
-// ckpt/tree/tree.hpp — ckpt::Tree: a checkpoint seen without a C++ target type.
+// ckpt/restore/tree.hpp — ckpt::Tree: a checkpoint seen without a C++ target type.
 //
 // restore_tree() loads every leaf's bytes; metadata() (or restore_tree with
 // .lazy = true) gives the same view from the manifest alone and reads a leaf only
@@ -15,7 +15,7 @@
 
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
-#include <ckpt/tree/fill.hpp>
+#include <ckpt/restore/fill.hpp>
 
 namespace ckpt {
 

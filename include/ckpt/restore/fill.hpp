@@ -1,4 +1,4 @@
-// ckpt/tree/fill.hpp — fill a value from an Index (the restore direction of walk).
+// ckpt/restore/fill.hpp — fill a value from an Index (the restore direction of walk).
 //
 // The target's type drives the traversal: each leaf it has is looked up by path,
 // checked and read straight into it. Leaves the checkpoint has and the target lacks
