@@ -119,4 +119,15 @@ class Index {
   std::shared_ptr<const void> keep_alive_;
 };
 
+// Where a restore's reads go when they may wait: a fill queues "read entry e into
+// dst" here and the caller runs them all afterwards (exec::ReadQueue, on several
+// threads). Declared beside Index so that restore/fill.hpp needs nothing from exec/.
+class DeferredReads {
+ public:
+  virtual void push(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) = 0;
+
+ protected:
+  ~DeferredReads() = default;
+};
+
 }  // namespace ckpt

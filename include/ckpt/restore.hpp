@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <memory>
 
+#include <ckpt/exec/parallel_reads.hpp>
 #include <ckpt/format/native.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/options.hpp>

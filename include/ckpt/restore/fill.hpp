@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/exec/parallel_reads.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/tree/node.hpp>
 #include <ckpt/tree/path.hpp>
@@ -27,7 +26,7 @@ struct ReadSettings {
   bool verify_checksums = true;
   std::optional<dtype> requested_dtype{};
   bool shape_only = false;  // allocate targets without reading (abstract restore)
-  exec::ReadQueue* queue = nullptr;  // where deferred reads go; null: read at once
+  DeferredReads* queue = nullptr;  // where deferred reads go (exec::ReadQueue); null: read at once
 };
 
 // One entry of an Index, seen by a leaf codec. It shares ownership of the Index so
