@@ -72,7 +72,7 @@ fs::path save_checkpoint(const fs::path& dir, const T& state, std::int64_t step,
   }
   const Snapshot snap = take_snapshot(state);
   fs::remove(tmp, ec);
-  flax_detail::write_msgpack(snap, tmp, path.string());
+  detail::flax::write_msgpack(snap, tmp, path.string());
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     fs::remove(tmp, ec);
     io::throw_errno("cannot rename the checkpoint into place", path);

@@ -110,7 +110,7 @@ struct SaveArgs {
   nlohmann::json custom_metadata{};
 };
 
-namespace manager_detail {
+namespace detail::manager {
 
 template <class P>
 concept any_policy = executor_policy<P> || format_policy<P>;
@@ -131,11 +131,11 @@ struct is_executor : std::bool_constant<executor_policy<P>> {};
 template <class P>
 struct is_format : std::bool_constant<format_policy<P>> {};
 
-}  // namespace manager_detail
+}  // namespace detail::manager
 
 template <class State, class... Policies>
 class CheckpointManager {
-  static_assert((manager_detail::any_policy<Policies> && ...),
+  static_assert((detail::manager::any_policy<Policies> && ...),
                 "ckpt::CheckpointManager<State, Policies...>: every policy must be an executor policy "
                 "(ckpt::sync_save, ckpt::async_save) or a format policy (ckpt::native)");
   static_assert((0 + ... + (executor_policy<Policies> ? 1 : 0)) <= 1,
@@ -145,8 +145,8 @@ class CheckpointManager {
 
  public:
   using state_type = State;
-  using executor_policy_type = typename manager_detail::pick<manager_detail::is_executor, sync_save, Policies...>::type;
-  using format_type = typename manager_detail::pick<manager_detail::is_format, native, Policies...>::type;
+  using executor_policy_type = typename detail::manager::pick<detail::manager::is_executor, sync_save, Policies...>::type;
+  using format_type = typename detail::manager::pick<detail::manager::is_format, native, Policies...>::type;
 
   explicit CheckpointManager(std::filesystem::path root, ManagerOptions options = {})
       : root_(std::move(root)),
@@ -190,7 +190,7 @@ class CheckpointManager {
     executor_.rethrow_if_failed();
     if (options_.read_only) return false;
     if (step < 0) throw Error(root_.string(), "", "step must be >= 0, not " + std::to_string(step));
-    for (const auto& [name, item] : args.items) manager_detail::check_item_name(step_directory(step), name);
+    for (const auto& [name, item] : args.items) detail::manager::check_item_name(step_directory(step), name);
     if (!args.force) {
       if (has_step_or_pending(step))
         throw Error(step_directory(step).string(), "",
@@ -213,12 +213,12 @@ class CheckpointManager {
     }
     job->metadata.step = step;
     job->metadata.format = format_type::name;
-    job->metadata.init_timestamp_nsecs = manager_detail::now_nsecs();
+    job->metadata.init_timestamp_nsecs = detail::manager::now_nsecs();
     for (auto& [name, value] : metrics)  // JSON has no NaN nor infinities: such a metric is "none"
       if (std::isfinite(value)) job->metadata.metrics.emplace(name, value);
     job->metadata.custom_metadata = std::move(args.custom_metadata);
     for (const auto& [name, item] : job->items)
-      job->metadata.items[name] = std::string(manager_detail::kind_name(item.type()));
+      job->metadata.items[name] = std::string(detail::manager::kind_name(item.type()));
     {
       std::lock_guard lock(mu_);
       pending_ = step;
@@ -246,7 +246,7 @@ class CheckpointManager {
 
   // Whether SIGTERM arrived since this process's first save_on_preemption manager started.
   bool reached_preemption(std::int64_t /*step*/) const noexcept {
-    return preemption_.has_value() && manager_detail::PreemptionWatch::received();
+    return preemption_.has_value() && detail::manager::PreemptionWatch::received();
   }
 
   // Committed steps, ascending (an async save in flight appears once it commits).
@@ -350,7 +350,7 @@ class CheckpointManager {
     bool force = false;
     Snapshot snapshot;
     Items items;
-    manager_detail::StepMetadata metadata;
+    detail::manager::StepMetadata metadata;
   };
 
   void validate() const {
@@ -415,9 +415,9 @@ class CheckpointManager {
     StepInfo info;
     info.name = std::move(name);
     std::error_code ec;
-    if (std::filesystem::is_regular_file(dir / manager_detail::step_metadata_file, ec)) {
+    if (std::filesystem::is_regular_file(dir / detail::manager::step_metadata_file, ec)) {
       try {
-        auto m = manager_detail::read_step_metadata(dir);
+        auto m = detail::manager::read_step_metadata(dir);
         info.time = m.init_time();
         info.metrics = std::move(m.metrics);
         info.custom_metadata = std::move(m.custom_metadata);
@@ -478,16 +478,16 @@ class CheckpointManager {
 
   std::filesystem::path item_dir(std::int64_t step, std::string_view name, Item::kind kind) {
     const auto dir = dir_to_read(step);
-    manager_detail::check_item_name(dir, name);
+    detail::manager::check_item_name(dir, name);
     const auto i = info(step);
     const auto it = i.items.find(std::string(name));
-    const std::string want(manager_detail::kind_name(kind));
+    const std::string want(detail::manager::kind_name(kind));
     if (it == i.items.end())
       throw Error(dir.string(), "", "no item \"" + std::string(name) + "\" saved with this step");
     if (it->second != want)
       throw Error(dir.string(), "", "item \"" + std::string(name) + "\" is a " + it->second + " item, not a " + want +
                                         " item");
-    const auto base = dir / manager_detail::items_dir;
+    const auto base = dir / detail::manager::items_dir;
     return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
   }
 
@@ -498,9 +498,9 @@ class CheckpointManager {
       SaveOptions opts = options_.save_options;
       opts.force = job.force;
       save_snapshot<format_type>(root_ / name, job.snapshot, opts, [&](const std::filesystem::path& staging) {
-        manager_detail::write_items<format_type>(staging, job.items, opts);
-        job.metadata.commit_timestamp_nsecs = manager_detail::now_nsecs();
-        manager_detail::write_step_metadata(staging, job.metadata);
+        detail::manager::write_items<format_type>(staging, job.items, opts);
+        job.metadata.commit_timestamp_nsecs = detail::manager::now_nsecs();
+        detail::manager::write_step_metadata(staging, job.metadata);
       });
     } catch (...) {
       std::lock_guard lock(mu_);
@@ -548,12 +548,12 @@ class CheckpointManager {
       std::filesystem::create_directories(bin, ec);
       if (ec) throw Error(bin.string(), "", "cannot create todelete_subdir: " + ec.message());
       auto target = bin / name;
-      if (std::filesystem::exists(target, ec)) target = bin / (name + "-" + io::detail::random_suffix());
+      if (std::filesystem::exists(target, ec)) target = bin / (name + "-" + io::random_suffix());
       if (::rename(dir.c_str(), target.c_str()) != 0) io::throw_errno("cannot move a pruned step", dir);
       io::sync_dir(root_);
       return;
     }
-    const auto doomed = root_ / (std::string(io::staging_prefix) + name + "-deleting-" + io::detail::random_suffix());
+    const auto doomed = root_ / (std::string(io::staging_prefix) + name + "-deleting-" + io::random_suffix());
     if (::rename(dir.c_str(), doomed.c_str()) != 0) {
       if (errno == ENOENT) return;  // already gone
       io::throw_errno("cannot delete step", dir);
@@ -565,9 +565,9 @@ class CheckpointManager {
 
   std::filesystem::path root_;
   ManagerOptions options_;
-  manager_detail::StepNaming naming_;
-  std::optional<manager_detail::RootLock> lock_;
-  std::optional<manager_detail::PreemptionWatch> preemption_;
+  detail::manager::StepNaming naming_;
+  std::optional<detail::manager::RootLock> lock_;
+  std::optional<detail::manager::PreemptionWatch> preemption_;
   mutable std::mutex mu_;
   std::map<std::int64_t, StepInfo> steps_;  // committed steps (guarded by mu_)
   std::optional<std::int64_t> pending_;     // the step being saved (guarded by mu_)

@@ -24,7 +24,7 @@ namespace ckpt::io {
 
 inline constexpr std::string_view staging_prefix = ".tmp-";
 
-namespace detail {
+// A suffix that no other staging name of this or another process uses.
 inline std::string random_suffix() {
   static std::atomic<unsigned> counter{0};
   std::random_device rd;
@@ -39,7 +39,6 @@ inline std::string random_suffix() {
 inline int rename_with_flags(const fs::path& from, const fs::path& to, unsigned flags) {
   return static_cast<int>(::syscall(SYS_renameat2, AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), flags));
 }
-}  // namespace detail
 
 class StagingDir {
  public:
@@ -48,7 +47,7 @@ class StagingDir {
     std::error_code ec;
     fs::create_directories(parent(), ec);
     if (ec) throw Error(final_.string(), "", "cannot create parent directory: " + ec.message());
-    tmp_ = parent() / (std::string(staging_prefix) + final_.filename().string() + "-" + detail::random_suffix());
+    tmp_ = parent() / (std::string(staging_prefix) + final_.filename().string() + "-" + random_suffix());
     if (!fs::create_directory(tmp_, ec) || ec)
       throw Error(final_.string(), "", "cannot create staging directory " + tmp_.string() + ": " + ec.message());
   }
@@ -68,7 +67,7 @@ class StagingDir {
   // directory there is swapped out atomically and then deleted.
   void commit(bool replace) {
     sync_dir(tmp_);
-    if (detail::rename_with_flags(tmp_, final_, RENAME_NOREPLACE) == 0) return finish(fs::path());
+    if (rename_with_flags(tmp_, final_, RENAME_NOREPLACE) == 0) return finish(fs::path());
     const int err = errno;
     const bool no_flags = err == EINVAL || err == ENOSYS;  // a file system without renameat2 flags
     if (no_flags && !fs::exists(final_)) {
@@ -80,10 +79,10 @@ class StagingDir {
       throw_errno("cannot rename staging directory", final_);
     }
     if (!replace) throw Error(final_.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
-    if (detail::rename_with_flags(tmp_, final_, RENAME_EXCHANGE) == 0) return finish(tmp_);  // tmp_ holds the old one
+    if (rename_with_flags(tmp_, final_, RENAME_EXCHANGE) == 0) return finish(tmp_);  // tmp_ holds the old one
     // No atomic exchange: move the old checkpoint aside, then put the new one in place.
     const fs::path old = parent() / (std::string(staging_prefix) + final_.filename().string() + "-old-" +
-                                     detail::random_suffix());
+                                     random_suffix());
     if (::rename(final_.c_str(), old.c_str()) != 0) throw_errno("cannot move the old checkpoint aside", final_);
     if (::rename(tmp_.c_str(), final_.c_str()) != 0) throw_errno("cannot rename staging directory", final_);
     finish(old);

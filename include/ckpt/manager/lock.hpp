@@ -18,7 +18,7 @@
 #include <ckpt/error.hpp>
 #include <ckpt/io/file.hpp>
 
-namespace ckpt::manager_detail {
+namespace ckpt::detail::manager {
 
 inline constexpr const char* lock_file_name = ".ckpt-manager.lock";
 
@@ -50,4 +50,4 @@ class RootLock {
   io::File file_;
 };
 
-}  // namespace ckpt::manager_detail
+}  // namespace ckpt::detail::manager

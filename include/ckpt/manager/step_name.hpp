@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace ckpt::manager_detail {
+namespace ckpt::detail::manager {
 
 struct StepNaming {
   std::string prefix;
@@ -36,4 +36,4 @@ struct StepNaming {
   }
 };
 
-}  // namespace ckpt::manager_detail
+}  // namespace ckpt::detail::manager
