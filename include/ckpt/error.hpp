@@ -30,9 +30,11 @@ class Error : public std::runtime_error {
  private:
   static std::string compose(const std::string& checkpoint, const std::string& path,
                              const std::string& what) {
-    std::string m = checkpoint.empty() ? std::string("<no checkpoint>") : checkpoint;
-    if (!path.empty()) m += ": " + path;
-    return m + ": " + what;
+    // "<checkpoint>: <path>: <what>", leaving out the parts that are empty.
+    std::string m;
+    for (const std::string* part : {&checkpoint, &path})
+      if (!part->empty()) m += *part + ": ";
+    return m + what;
   }
   std::string checkpoint_, path_;
 };
@@ -69,6 +71,48 @@ class DtypeMismatchError : public Error {
 // The files are not a whole, intact checkpoint: a missing commit marker, a
 // checksum that does not match, a truncated or malformed file.
 class CorruptCheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The CheckpointManager's failures, each a kind of its own so that a caller can
+// catch the one it knows how to handle. checkpoint() names the root or the step.
+
+// Another CheckpointManager (this or another process) writes to this root.
+class RootLockedError : public Error {
+ public:
+  using Error::Error;
+};
+
+// save() of a step that exists, without SaveArgs::force.
+class StepExistsError : public Error {
+ public:
+  using Error::Error;
+};
+
+// restore(), delete_step() or a query named a step the root does not hold (or the
+// root holds no step at all).
+class NoSuchStepError : public Error {
+ public:
+  using Error::Error;
+};
+
+// An asynchronous save failed in the background (thrown by the next save() or
+// wait_until_finished()); what() carries the original failure's message.
+class BackgroundSaveError : public Error {
+ public:
+  using Error::Error;
+};
+
+// wait_until_finished() (or the next save()) gave up after async_timeout; the save
+// keeps running.
+class BackgroundSaveTimeoutError : public BackgroundSaveError {
+ public:
+  using BackgroundSaveError::BackgroundSaveError;
+};
+
+// A write was asked of a manager opened with read_only = true.
+class ReadOnlyError : public Error {
  public:
   using Error::Error;
 };

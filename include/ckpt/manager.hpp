@@ -193,8 +193,8 @@ class CheckpointManager {
     for (const auto& [name, item] : args.items) detail::manager::check_item_name(step_directory(step), name);
     if (!args.force) {
       if (has_step_or_pending(step))
-        throw Error(step_directory(step).string(), "",
-                    "step " + std::to_string(step) + " already exists (pass ckpt::SaveArgs{.force = true} to replace it)");
+        throw StepExistsError(step_directory(step).string(), "",
+                              "step " + std::to_string(step) + " already exists (pass ckpt::SaveArgs{.force = true} to replace it)");
       if (!should_save(step)) return false;
     }
     executor_.wait();
@@ -318,13 +318,15 @@ class CheckpointManager {
 
   // Deletes a step (moved to todelete_subdir when set), even the latest.
   void delete_step(std::int64_t step) {
-    if (options_.read_only) throw Error(root_.string(), "", "read-only manager: cannot delete step " + std::to_string(step));
+    if (options_.read_only)
+      throw ReadOnlyError(root_.string(), "", "read-only manager: cannot delete step " + std::to_string(step));
     executor_.wait_idle();
     std::string name;
     {
       std::lock_guard lock(mu_);
       const auto it = steps_.find(step);
-      if (it == steps_.end()) throw Error(root_.string(), "", "no step " + std::to_string(step) + " to delete");
+      if (it == steps_.end())
+        throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(step) + " to delete");
       name = it->second.name;
       steps_.erase(it);
     }
@@ -441,7 +443,7 @@ class CheckpointManager {
   StepInfo info(std::int64_t step) const {
     std::lock_guard lock(mu_);
     const auto it = steps_.find(step);
-    if (it == steps_.end()) throw Error(root_.string(), "", "no step " + std::to_string(step) + steps_list());
+    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(step) + steps_list());
     return it->second;
   }
 
@@ -468,11 +470,11 @@ class CheckpointManager {
     executor_.wait_idle();
     std::lock_guard lock(mu_);
     if (!step) {
-      if (steps_.empty()) throw Error(root_.string(), "", "no checkpoint to restore (no committed step)");
+      if (steps_.empty()) throw NoSuchStepError(root_.string(), "", "no checkpoint to restore (no committed step)");
       step = steps_.rbegin()->first;
     }
     const auto it = steps_.find(*step);
-    if (it == steps_.end()) throw Error(root_.string(), "", "no step " + std::to_string(*step) + steps_list());
+    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(*step) + steps_list());
     return root_ / it->second.name;
   }
 

@@ -31,9 +31,9 @@ class RootLock {
     file_ = io::File(fd);
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       if (errno != EWOULDBLOCK) io::throw_errno("cannot lock", path);
-      throw Error(root.string(), "",
-                  "another CheckpointManager has this directory open for writing (" + owner(fd) +
-                      " holds " + lock_file_name + "); open it with .read_only = true to read it meanwhile");
+      throw RootLockedError(root.string(), "",
+                            "another CheckpointManager has this directory open for writing (" + owner(fd) +
+                                " holds " + lock_file_name + "); open it with .read_only = true to read it meanwhile");
     }
     const std::string pid = std::to_string(::getpid()) + "\n";
     if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
