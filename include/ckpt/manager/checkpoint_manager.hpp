@@ -1,4 +1,4 @@
-// ckpt/manager.hpp — CheckpointManager: numbered steps in one root directory, with
+// ckpt/manager/checkpoint_manager.hpp — CheckpointManager: numbered steps in one root directory, with
 // save policies, retention, metrics, items beside the state, async saves and preemption.
 //
 //   ckpt::CheckpointManager<TrainState, ckpt::async_save> mgr(
@@ -43,8 +43,11 @@
 #include <ckpt/io/file.hpp>
 #include <ckpt/io/staging_dir.hpp>
 #include <ckpt/manager/items.hpp>
+#include <ckpt/manager/options.hpp>
 #include <ckpt/manager/lock.hpp>
 #include <ckpt/manager/preemption.hpp>
+#include <ckpt/manager/step_catalogue.hpp>
+#include <ckpt/manager/step_deletion.hpp>
 #include <ckpt/manager/step_metadata.hpp>
 #include <ckpt/manager/step_name.hpp>
 #include <ckpt/options.hpp>
@@ -58,57 +61,6 @@
 #include <ckpt/snapshot_edit.hpp>
 
 namespace ckpt {
-
-// The numbers of a manager, with Orbax's names and in Orbax's order.
-struct ManagerOptions {
-  // Keep at most this many steps (the best ones with best_metric, else the most
-  // recent), plus those kept by keep_period / keep_time_interval, plus the latest.
-  // Unset: keep everything.
-  std::optional<int> max_to_keep{};
-  // Never prune a step that is a multiple of this.
-  std::optional<std::int64_t> keep_period{};
-  // Never prune the first step, nor any step saved at least this long after the
-  // previous step kept this way.
-  std::optional<std::chrono::duration<double>> keep_time_interval{};
-  // Rank steps by this metric for max_to_keep and best_step() ("" : by step).
-  std::string best_metric{};
-  BestMode best_mode = BestMode::max;
-  // With best_metric: keep steps saved without the metric (else they rank worst).
-  bool keep_checkpoints_without_metrics = true;
-  // save() saves steps that are multiples of this (and the first one ever) ...
-  std::int64_t save_interval_steps = 1;
-  // ... and these.
-  std::vector<std::int64_t> save_on_steps{};
-  // Step directory names: "" gives 42, "checkpoint_" gives checkpoint_42 ...
-  std::string step_prefix{};
-  // ... and 6 gives 000042 (0: as many digits as needed).
-  int step_format_fixed_length = 0;
-  // Create the root directory if it does not exist.
-  bool create = true;
-  // At start, remove .tmp-* directories and step directories without a commit marker
-  // (what interrupted saves leave).
-  bool cleanup_tmp_directories = true;
-  // Never write: no lock, no cleanup, save() returns false, delete_step() throws.
-  bool read_only = false;
-  // Move pruned steps into <root>/<todelete_subdir>/ instead of deleting them.
-  std::string todelete_subdir{};
-  // How long wait_until_finished() and the next save() wait for an async save.
-  std::chrono::duration<double> async_timeout = std::chrono::seconds(600);
-  // Notice SIGTERM: the next save() then saves whatever the interval says.
-  bool save_on_preemption = true;
-  // How each step's state is written (.force is ignored: see SaveArgs). By default
-  // large leaves go to one data file per hardware thread (at most 8), written in parallel.
-  SaveOptions save_options{.data_files = 0};
-};
-
-struct SaveArgs {
-  // Save whatever the policy says, overwriting the step if it exists.
-  bool force = false;
-  // Values saved beside the state, restorable alone (see manager/items.hpp).
-  Items items{};
-  // Any JSON, stored with the step: custom_metadata(step).
-  nlohmann::json custom_metadata{};
-};
 
 namespace detail::manager {
 
@@ -154,7 +106,7 @@ class CheckpointManager {
         naming_{options_.step_prefix, options_.step_format_fixed_length},
         executor_(options_.async_timeout) {
     node::require_tree<State>();
-    validate();
+    detail::manager::validate(options_, root_);
     std::error_code ec;
     const bool exists = std::filesystem::is_directory(root_, ec);
     if (!exists && !options_.read_only) {
@@ -165,7 +117,7 @@ class CheckpointManager {
     }
     if (!options_.read_only) {
       lock_.emplace(root_);
-      if (options_.cleanup_tmp_directories) cleanup();
+      if (options_.cleanup_tmp_directories) detail::manager::cleanup_root(root_, naming_, &format_type::is_committed);
       if (options_.save_on_preemption) preemption_.emplace();
     }
     scan();
@@ -330,7 +282,7 @@ class CheckpointManager {
       name = it->second.name;
       steps_.erase(it);
     }
-    remove_step_dir(name);
+    detail::manager::remove_step_dir(root_, options_.todelete_subdir, name);
   }
 
   // Reads the root directory again (steps saved or deleted by someone else).
@@ -340,13 +292,12 @@ class CheckpointManager {
   }
 
  private:
-  struct StepInfo {
-    std::string name;
-    std::chrono::system_clock::time_point time{};
-    Metrics metrics{};
-    nlohmann::json custom_metadata{};
-    std::map<std::string, std::string> items{};
-  };
+  void scan() {
+    auto found = detail::manager::scan_root(root_, naming_, &format_type::is_committed);
+    std::lock_guard lock(mu_);
+    steps_ = std::move(found);
+  }
+
   struct PendingSave {
     std::int64_t step = 0;
     bool force = false;
@@ -355,107 +306,16 @@ class CheckpointManager {
     detail::manager::StepMetadata metadata;
   };
 
-  void validate() const {
-    const auto bad = [&](const std::string& what) { throw Error(root_.string(), "", "ManagerOptions: " + what); };
-    if (options_.max_to_keep && *options_.max_to_keep < 0) bad("max_to_keep must be >= 0");
-    if (options_.keep_period && *options_.keep_period <= 0) bad("keep_period must be > 0");
-    if (options_.keep_time_interval && options_.keep_time_interval->count() < 0)
-      bad("keep_time_interval must be >= 0");
-    if (options_.save_interval_steps <= 0) bad("save_interval_steps must be > 0");
-    if (options_.step_format_fixed_length < 0 || options_.step_format_fixed_length > 19)
-      bad("step_format_fixed_length must be in [0, 19]");
-    if (options_.step_prefix.find('/') != std::string::npos || options_.step_prefix.starts_with("."))
-      bad("step_prefix must not contain '/' nor start with '.'");
-    if (!options_.todelete_subdir.empty()) {
-      const std::filesystem::path sub(options_.todelete_subdir);
-      bool dots = false;
-      for (const auto& part : sub) dots = dots || part == "..";
-      if (sub.is_absolute() || dots) bad("todelete_subdir must be a relative path without '..'");
-    }
-    if (options_.async_timeout.count() <= 0) bad("async_timeout must be > 0");
-  }
-
-  // Removes what interrupted saves and deletes leave: .tmp-* directories and step
-  // directories without a commit marker.
-  void cleanup() {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(root_, ec)) {
-      const std::string name = e.path().filename().string();
-      if (!e.is_directory(ec)) continue;
-      const bool tmp = name.starts_with(io::staging_prefix);
-      const bool torn = !tmp && naming_.parse(name) && !format_type::is_committed(e.path());
-      if (tmp || torn) {
-        std::error_code rm;
-        std::filesystem::remove_all(e.path(), rm);
-        if (rm) throw Error(e.path().string(), "", "cannot remove a leftover directory: " + rm.message());
-      }
-    }
-    if (ec) throw Error(root_.string(), "", "cannot list the root directory: " + ec.message());
-  }
-
-  void scan() {
-    std::map<std::int64_t, StepInfo> found;
-    std::error_code ec;
-    if (std::filesystem::is_directory(root_, ec)) {
-      for (const auto& e : std::filesystem::directory_iterator(root_, ec)) {
-        const std::string name = e.path().filename().string();
-        const auto step = naming_.parse(name);
-        if (!step || !e.is_directory(ec) || !format_type::is_committed(e.path())) continue;
-        // Two spellings of one step (another fixed length): the canonical one wins.
-        if (found.contains(*step) && name != naming_.name(*step)) continue;
-        found[*step] = load_info(e.path(), name);
-      }
-      if (ec) throw Error(root_.string(), "", "cannot list the root directory: " + ec.message());
-    }
-    std::lock_guard lock(mu_);
-    steps_ = std::move(found);
-  }
-
-  // A step's metadata. A step saved by ckpt::save (no metadata file) or with an
-  // unreadable one still counts, without metrics, timed by its directory.
-  static StepInfo load_info(const std::filesystem::path& dir, std::string name) {
-    StepInfo info;
-    info.name = std::move(name);
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(dir / detail::manager::step_metadata_file, ec)) {
-      try {
-        auto m = detail::manager::read_step_metadata(dir);
-        info.time = m.init_time();
-        info.metrics = std::move(m.metrics);
-        info.custom_metadata = std::move(m.custom_metadata);
-        info.items = std::move(m.items);
-        return info;
-      } catch (const Error&) {
-      }
-    }
-    const auto mtime = std::filesystem::last_write_time(dir, ec);
-    if (!ec)
-      info.time = std::chrono::time_point_cast<std::chrono::system_clock::duration>(
-          std::chrono::file_clock::to_sys(mtime));
-    return info;
-  }
-
   bool has_step_or_pending(std::int64_t step) const {
     std::lock_guard lock(mu_);
     return steps_.contains(step) || pending_ == step;
   }
 
-  StepInfo info(std::int64_t step) const {
+  detail::manager::StepInfo info(std::int64_t step) const {
     std::lock_guard lock(mu_);
     const auto it = steps_.find(step);
-    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(step) + steps_list());
+    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(step) + detail::manager::steps_list(steps_));
     return it->second;
-  }
-
-  std::string steps_list() const {  // under mu_
-    if (steps_.empty()) return " (no steps)";
-    std::string s = " (steps:";
-    std::size_t n = 0;
-    for (const auto& [step, info] : steps_) {
-      if (++n > 20) return s + " ...)";
-      s += " " + std::to_string(step);
-    }
-    return s + ")";
   }
 
   std::vector<retain::StepRecord> records() const {
@@ -474,7 +334,7 @@ class CheckpointManager {
       step = steps_.rbegin()->first;
     }
     const auto it = steps_.find(*step);
-    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(*step) + steps_list());
+    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(*step) + detail::manager::steps_list(steps_));
     return root_ / it->second.name;
   }
 
@@ -511,7 +371,7 @@ class CheckpointManager {
     }
     {
       std::lock_guard lock(mu_);
-      StepInfo info;
+      detail::manager::StepInfo info;
       info.name = name;
       info.time = job.metadata.init_time();
       info.metrics = job.metadata.metrics;
@@ -536,33 +396,8 @@ class CheckpointManager {
         name = it->second.name;
         steps_.erase(it);
       }
-      remove_step_dir(name);
+      detail::manager::remove_step_dir(root_, options_.todelete_subdir, name);
     }
-  }
-
-  // Deletion is a rename first (to a .tmp- name, or into todelete_subdir), so that a
-  // crash halfway through never leaves a committed-looking step with files missing.
-  void remove_step_dir(const std::string& name) {
-    const auto dir = root_ / name;
-    if (!options_.todelete_subdir.empty()) {
-      const auto bin = root_ / options_.todelete_subdir;
-      std::error_code ec;
-      std::filesystem::create_directories(bin, ec);
-      if (ec) throw Error(bin.string(), "", "cannot create todelete_subdir: " + ec.message());
-      auto target = bin / name;
-      if (std::filesystem::exists(target, ec)) target = bin / (name + "-" + io::random_suffix());
-      if (::rename(dir.c_str(), target.c_str()) != 0) io::throw_errno("cannot move a pruned step", dir);
-      io::sync_dir(root_);
-      return;
-    }
-    const auto doomed = root_ / (std::string(io::staging_prefix) + name + "-deleting-" + io::random_suffix());
-    if (::rename(dir.c_str(), doomed.c_str()) != 0) {
-      if (errno == ENOENT) return;  // already gone
-      io::throw_errno("cannot delete step", dir);
-    }
-    std::error_code ec;
-    std::filesystem::remove_all(doomed, ec);
-    if (ec) throw Error(doomed.string(), "", "cannot delete a pruned step: " + ec.message());
   }
 
   std::filesystem::path root_;
@@ -571,7 +406,7 @@ class CheckpointManager {
   std::optional<detail::manager::RootLock> lock_;
   std::optional<detail::manager::PreemptionWatch> preemption_;
   mutable std::mutex mu_;
-  std::map<std::int64_t, StepInfo> steps_;  // committed steps (guarded by mu_)
+  std::map<std::int64_t, detail::manager::StepInfo> steps_;  // committed steps (guarded by mu_)
   std::optional<std::int64_t> pending_;     // the step being saved (guarded by mu_)
   SnapshotBuffer buffer_;                   // async: the one copy of the state, reused
   typename executor_policy_type::executor executor_;  // last: destroyed first, waiting for the save in flight
