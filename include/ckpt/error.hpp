@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <ckpt/detail/compile_mode.hpp>
+
 namespace ckpt {
 
 class Error : public std::runtime_error {
@@ -28,14 +30,7 @@ class Error : public std::runtime_error {
   const std::string& path() const noexcept { return path_; }
 
  private:
-  static std::string compose(const std::string& checkpoint, const std::string& path,
-                             const std::string& what) {
-    // "<checkpoint>: <path>: <what>", leaving out the parts that are empty.
-    std::string m;
-    for (const std::string* part : {&checkpoint, &path})
-      if (!part->empty()) m += *part + ": ";
-    return m + what;
-  }
+  static std::string compose(const std::string& checkpoint, const std::string& path, const std::string& what);
   std::string checkpoint_, path_;
 };
 
@@ -43,18 +38,12 @@ class Error : public std::runtime_error {
 class MissingLeafError : public Error {
  public:
   MissingLeafError(std::string checkpoint, std::vector<std::string> missing)
-      : Error(std::move(checkpoint), join(missing),
-              missing.size() == 1 ? "leaf missing from the checkpoint"
-                                  : std::to_string(missing.size()) + " leaves missing from the checkpoint"),
-        missing_(std::move(missing)) {}
+      : Error(std::move(checkpoint), join(missing), summary(missing)), missing_(std::move(missing)) {}
   const std::vector<std::string>& missing_paths() const noexcept { return missing_; }
 
  private:
-  static std::string join(const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& p : v) s += (s.empty() ? "" : ", ") + (p.empty() ? std::string("<root>") : p);
-    return s;
-  }
+  static std::string join(const std::vector<std::string>& v);
+  static std::string summary(const std::vector<std::string>& v);
   std::vector<std::string> missing_;
 };
 
@@ -133,5 +122,24 @@ inline std::string quote_for_message(std::string_view s) {
   }
   return q + "\"";
 }
+
+#if CKPT_DEFINE_API
+CKPT_API std::string Error::compose(const std::string& checkpoint, const std::string& path, const std::string& what) {
+  // "<checkpoint>: <path>: <what>", leaving out the parts that are empty.
+  std::string m;
+  for (const std::string* part : {&checkpoint, &path})
+    if (!part->empty()) m += *part + ": ";
+  return m + what;
+}
+CKPT_API std::string MissingLeafError::join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& p : v) s += (s.empty() ? "" : ", ") + (p.empty() ? std::string("<root>") : p);
+  return s;
+}
+CKPT_API std::string MissingLeafError::summary(const std::vector<std::string>& v) {
+  return v.size() == 1 ? "leaf missing from the checkpoint"
+                       : std::to_string(v.size()) + " leaves missing from the checkpoint";
+}
+#endif
 
 }  // namespace ckpt

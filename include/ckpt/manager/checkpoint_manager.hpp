@@ -402,7 +402,7 @@ class CheckpointManager {
 
   std::filesystem::path root_;
   ManagerOptions options_;
-  detail::manager::StepNaming naming_;
+  StepNaming naming_;
   std::optional<detail::manager::RootLock> lock_;
   std::optional<detail::manager::PreemptionWatch> preemption_;
   mutable std::mutex mu_;
