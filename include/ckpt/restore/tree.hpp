@@ -1,4 +1,4 @@
-// ckpt/tree/tree.hpp — ckpt::Tree: a checkpoint seen without a C++ target type.
+// ckpt/restore/tree.hpp — ckpt::Tree: a checkpoint seen without a C++ target type.
 //
 // restore_tree() loads every leaf's bytes; metadata() (or restore_tree with
 // .lazy = true) gives the same view from the manifest alone and reads a leaf only
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include <ckpt/index.hpp>
+#include <ckpt/restore/fill.hpp>
 #include <ckpt/tree/edit.hpp>
-#include <ckpt/tree/fill.hpp>
 
 namespace ckpt {
 
