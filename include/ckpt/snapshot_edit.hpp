@@ -8,6 +8,7 @@
 
 #include <ckpt/leaf/convert.hpp>
 #include <ckpt/snapshot.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -36,7 +37,9 @@ inline std::size_t erase_leaves(Snapshot& s, std::string_view path) {
 // Adds (or replaces) a leaf holding a copy of `value`.
 template <class U>
 void add_leaf(Snapshot& s, std::string_view path, const U& value) {
-  static_assert(leaf<U>, "ckpt::add_leaf needs a leaf value (a number, string, vector, xtensor...)");
+  static_assert(leaf<U>, CKPT_STATIC_ERROR("ckpt::add_leaf needs a leaf value",
+                                           "Pass a number, string, vector or xtensor; add a struct leaf by leaf.",
+                                           CKPT_NAMED_ABOVE));
   const Path p = Path::parse(path);
   std::erase_if(s.leaves, [&](const SnapshotLeaf& l) { return l.path == p; });
   LeafBytes b = leaf_codec<U>::save(value);

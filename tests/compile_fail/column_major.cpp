@@ -11,4 +11,5 @@ struct Weights {
 
 void f() { ckpt::save("/nonexistent/never-run", Weights{}); }
 
-// expect: ckpt: xtensor containers must be row-major
+// expect: ******** ckpt: xtensor containers must be row-major
+// expect: Declare the field with xt::layout_type::row_major

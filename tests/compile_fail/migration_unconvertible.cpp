@@ -17,7 +17,8 @@ struct V2 {
 
 auto make() { return ckpt::migration<V1, V2>(); }
 
-// expect: ckpt: a leaf does not convert from the old type to the new one
+// expect: ******** ckpt: a leaf does not convert from the old type to the new one
+// expect: use ckpt::transform<"path">(fn)
 // expect: CKPT_ERROR_migration_this_leaf_does_not_convert_from_the_old_type_to_the_new_type<
 // expect-gcc: fixed_string<6>{"kernel"}
 // expect-clang: text_chars<'k', 'e', 'r', 'n', 'e', 'l'>

@@ -8,6 +8,8 @@
 // pretty function is learned from a probe struct, and static_asserted on it.
 #pragma once
 
+#include <ckpt/detail/static_error.hpp>
+
 #include <array>
 #include <cstddef>
 #include <string_view>
@@ -135,7 +137,10 @@ static_assert(field_name_of<field_name_probe, 0>() == probe_name &&
                   aggregate_field_names<field_name_probe2>[0] == "alpha" &&
                   aggregate_field_names<field_name_probe2>[1] == "beta_2" &&
                   aggregate_field_names<field_name_probe2>[2] == "gamma",
-              "******** ckpt: this compiler spells __PRETTY_FUNCTION__ in a way ckpt's field-name "
-              "reader does not understand; field names of aggregates cannot be read. ********");
+              CKPT_STATIC_ERROR("this compiler spells __PRETTY_FUNCTION__ in a way ckpt's field-name reader does "
+                                "not understand; field names of aggregates cannot be read",
+                                "Use GCC >= 12 or clang >= 14, or name the fields yourself with ckpt_fields / "
+                                "BOOST_HANA_DEFINE_STRUCT, and report the compiler.",
+                                ""));
 
 }  // namespace ckpt::detail
