@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/format/zarr/array.hpp>
+#include <ckpt/format/zarr/metadata.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/snapshot.hpp>
 
