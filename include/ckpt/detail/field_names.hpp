@@ -53,7 +53,11 @@ consteval std::size_t count_aggregate_fields() {
 template <class T>
 inline constexpr std::size_t aggregate_field_count = count_aggregate_fields<std::remove_cv_t<T>>();
 
-// Field I of an aggregate (const-ness follows obj).
+// Field I of an aggregate (const-ness follows obj). The one call into another
+// library's detail namespace, on purpose: boost::pfr::get<I> counts the fields with
+// PFR's fields_count, on which GCC 12 crashes for aggregates holding a std::array of
+// class type; tie_as_tuple with our own count (aggregate_field_count) avoids it.
+// Boost >= 1.81 is required, whose PFR has these names (docs/design.md, tree/).
 template <std::size_t I, class Obj>
 constexpr auto& aggregate_field(Obj& obj) {
   return boost::pfr::detail::sequence_tuple::get<I>(boost::pfr::detail::tie_as_tuple(
