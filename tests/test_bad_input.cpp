@@ -6,6 +6,9 @@
 // proportion to the files.
 #include "support.hpp"
 
+#include <ckpt/format/native/manifest.hpp>  // the manifest format, to forge hostile ones
+#include <ckpt/io/checksum.hpp>
+
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
