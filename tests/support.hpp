@@ -24,8 +24,7 @@
 // CHECK_THROWS_CKPT(expr, Kind, "text"): expr throws a Kind (ckpt::Error or one of its
 // kinds) whose what() contains text: the path or the reason the error claims. A bare
 // CHECK_THROWS_AS(..., ckpt::Error) would also pass on an unrelated failure.
-#define CHECK_THROWS_CKPT(expr, Kind, text) \
-  CHECK_THROWS_WITH_AS(expr, doctest::Contains(std::string(text).c_str()), Kind)
+#define CHECK_THROWS_CKPT(expr, Kind, text) CHECK_THROWS_WITH_AS(expr, doctest::Contains(text), Kind)
 
 namespace test {
 

@@ -517,7 +517,7 @@ TEST_CASE("manager: items beside the state, restorable on their own") {
   CHECK_THROWS_CKPT(mgr.item_json(10, "../10/items/config"), ckpt::Error, "invalid item name \"../10/items/config\"");
   for (const char* bad : {"", ".hidden", "a/b", "..", "x y"})
     CHECK_THROWS_CKPT(mgr.save(12, make_state(12), {}, {.items = {{bad, ckpt::json_item(1)}}}), ckpt::Error,
-                      "invalid item name \"" + std::string(bad) + "\"");
+                      ("invalid item name \"" + std::string(bad) + "\"").c_str());
   CHECK(mgr.all_steps() == Steps{10, 11});
 }
 
