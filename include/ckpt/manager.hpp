@@ -8,4 +8,5 @@
 //   manager/step_name.hpp, lock.hpp, preemption.hpp, items.hpp, step_metadata.hpp
 #pragma once
 
+#include <ckpt/ckpt.hpp>
 #include <ckpt/manager/checkpoint_manager.hpp>

@@ -198,8 +198,7 @@ class CheckpointManager {
       if (!steps_.empty()) last = steps_.rbegin()->first;
       if (pending_ && (!last || *pending_ > *last)) last = pending_;
     }
-    return retain::should_save(step, last, {options_.save_interval_steps, options_.save_on_steps},
-                               reached_preemption(step));
+    return retain::should_save(step, last, options_, reached_preemption(step));
   }
 
   // Whether SIGTERM arrived since this process's first save_on_preemption manager started.
@@ -390,10 +389,7 @@ class CheckpointManager {
   }
 
   void prune() {
-    const retain::RetentionOptions r{options_.max_to_keep,  options_.keep_period,
-                                     options_.keep_time_interval, options_.best_metric,
-                                     options_.best_mode,    options_.keep_checkpoints_without_metrics};
-    for (std::int64_t step : retain::steps_to_delete(records(), r)) {
+    for (std::int64_t step : retain::steps_to_delete(records(), options_)) {
       std::string name;
       {
         std::lock_guard lock(mu_);

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <concepts>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,13 +26,17 @@
 
 namespace ckpt::retain {
 
-struct RetentionOptions {
-  std::optional<int> max_to_keep{};
-  std::optional<std::int64_t> keep_period{};
-  std::optional<std::chrono::duration<double>> keep_time_interval{};
-  std::string best_metric{};
-  BestMode best_mode = BestMode::max;
-  bool keep_checkpoints_without_metrics = true;
+// What the retention rules read of a manager's options. The fields are declared once,
+// in ckpt::ManagerOptions with Orbax's flat names; the rules take any type that has
+// them, so retain/ stays free of the manager and its tests can pass a ManagerOptions.
+template <class O>
+concept retention_options = requires(const O& o) {
+  { o.max_to_keep } -> std::convertible_to<std::optional<int>>;
+  { o.keep_period } -> std::convertible_to<std::optional<std::int64_t>>;
+  { o.keep_time_interval } -> std::convertible_to<std::optional<std::chrono::duration<double>>>;
+  { o.best_metric } -> std::convertible_to<std::string>;
+  { o.best_mode } -> std::convertible_to<BestMode>;
+  { o.keep_checkpoints_without_metrics } -> std::convertible_to<bool>;
 };
 
 }  // namespace ckpt::retain
@@ -129,7 +134,8 @@ inline std::set<std::int64_t> time_interval(const std::vector<StepRecord>& recor
   return out;
 }
 
-inline std::set<std::int64_t> steps_to_keep(const std::vector<StepRecord>& records, const RetentionOptions& o) {
+template <retention_options O>
+std::set<std::int64_t> steps_to_keep(const std::vector<StepRecord>& records, const O& o) {
   if (!o.max_to_keep) {
     std::set<std::int64_t> all;
     for (const auto& r : records) all.insert(r.step);
@@ -145,7 +151,8 @@ inline std::set<std::int64_t> steps_to_keep(const std::vector<StepRecord>& recor
 }
 
 // The steps to prune, in ascending order.
-inline std::vector<std::int64_t> steps_to_delete(const std::vector<StepRecord>& records, const RetentionOptions& o) {
+template <retention_options O>
+std::vector<std::int64_t> steps_to_delete(const std::vector<StepRecord>& records, const O& o) {
   const auto keep = steps_to_keep(records, o);
   std::vector<std::int64_t> out;
   for (const auto& r : detail::retain::by_step(records))
