@@ -664,7 +664,7 @@ TEST_CASE("async: async_timeout") {
     // not pass with a warning. "async: the executor times out" below checks the same
     // without a race.
     CHECK_THROWS_CKPT(mgr.wait_until_finished(), ckpt::BackgroundSaveTimeoutError,
-                      "did not finish within 1e-06 s (async_timeout); it is still running");
+                      "did not finish within 0.000001 s (async_timeout); it is still running");
   }  // the destructor waits however long it takes
   Manager<> reader(tmp.path());
   CHECK(reader.all_steps() == Steps{1});

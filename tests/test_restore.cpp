@@ -175,7 +175,7 @@ TEST_CASE("restore_tree loads every leaf; as<U> converts to any matching leaf ty
   CHECK(t.leaf("step").as<std::int64_t>() == 1234);
   CHECK(t.leaf("config.lr").as<float>() == 0.001f);
   CHECK(t.leaf("step").as<std::int32_t>() == 1234);  // integer narrowing: the value fits
-  CHECK_THROWS_CKPT(t.leaf("step").as<std::int8_t>(), ckpt::DtypeMismatchError, "step: dtype int64 in checkpoint, int8");
+  CHECK_THROWS_CKPT(t.leaf("step").as<std::int8_t>(), ckpt::DtypeMismatchError, "step: element 0 does not fit in int8 (dtype int64 in checkpoint)");
   CHECK_THROWS_CKPT(t.leaf("params.encoder.kernel").as<std::vector<float>>(), ckpt::ShapeMismatchError,
                     "params.encoder.kernel: rank 2");
   CHECK_THROWS_CKPT(t.leaf("no.such.leaf"), ckpt::MissingLeafError, "no.such.leaf: leaf missing from the checkpoint");
