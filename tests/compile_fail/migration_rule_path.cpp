@@ -1,4 +1,5 @@
 // A rule naming a path the old type lacks is a compile error naming the path.
+#include <ckpt/ckpt.hpp>
 #include <ckpt/migrate.hpp>
 
 struct V1 {
