@@ -280,7 +280,7 @@ TEST_CASE("bad input: a missing checkpoint, manifest, commit marker or data file
   SUBCASE("a file that is no checkpoint") {  // a file could be Flax msgpack: detection says it is not
     const fs::path dir = t / "file";
     test::write_bytes(dir, Bytes{'x'});
-    CHECK_CKPT_ERROR(ckpt::Error, ckpt::restore<Small>(dir), dir, "", "not a checkpoint in any format this program reads");
+    CHECK_CKPT_ERROR(ckpt::Error, ckpt::restore<Small>(dir), dir, "", "not a checkpoint in any format ckpt reads");
   }
   SUBCASE("an empty directory") {
     const fs::path dir = t / "empty";
