@@ -21,9 +21,27 @@
 #include <string>
 #include <vector>
 
+// CHECK_THROWS_CKPT(expr, Kind, "text"): expr throws a Kind (ckpt::Error or one of its
+// kinds) whose what() contains text: the path or the reason the error claims. A bare
+// CHECK_THROWS_AS(..., ckpt::Error) would also pass on an unrelated failure.
+#define CHECK_THROWS_CKPT(expr, Kind, text) CHECK_THROWS_WITH_AS(expr, doctest::Contains(text), Kind)
+
 namespace test {
 
 namespace fs = std::filesystem;
+
+// The structs several test files use, defined once.
+struct Dense {
+  xt::xtensor<float, 2> kernel;
+  xt::xtensor<float, 1> bias;
+};
+struct Params {
+  Dense encoder, decoder;
+};
+// An older version of a state, with fewer fields: a partial target.
+struct StepOnly {
+  std::int64_t step = 0;
+};
 
 // A fresh directory under CKPT_TEST_TMPDIR (or the system temp dir), removed at scope exit.
 class TempDir {

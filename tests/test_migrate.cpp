@@ -1,13 +1,11 @@
 // Restoring into new versions of a struct (migrations and chains), dynamic
-// transforms, dtype casts, lazy leaves and abstract (allocate-only) targets.
+// transforms, and abstract (allocate-only) targets. Casts and lazy leaves are in
+// test_leaves.cpp.
 #include "support.hpp"
 
 namespace migrate_test {
 
-struct Dense {
-  xt::xtensor<float, 2> kernel;
-  xt::xtensor<float, 1> bias;
-};
+using test::Dense;
 
 // Version 1 of a training state.
 struct StateV1 {
@@ -171,105 +169,6 @@ TEST_CASE("dynamic transforms edit the tree before the restore and the snapshot 
   CHECK_FALSE(md.contains("dense.kernel"));
   CHECK_FALSE(md.contains("dropped_note"));
   CHECK(md.leaf("extra").as<std::vector<int>>() == std::vector<int>{1, 2, 3});
-}
-
-TEST_CASE("save_dtype casts floating leaves on save, optionally only under a prefix") {
-  test::TempDir tmp;
-  StateV1 s = make_v1();
-  s.dense.kernel = {{1.0f, 1.00390625f, -2.5f}, {3.0f, 1e-3f, 65504.0f}};
-  ckpt::save(tmp / "all", s, {.save_dtype = ckpt::dtype::bfloat16});
-  ckpt::save(tmp / "dense", s, {.save_dtype = ckpt::dtype::float16, .save_dtype_prefix = "dense"});
-  const auto all = ckpt::metadata(tmp / "all");
-  CHECK(ckpt::dtype_name(all.leaf("dense.kernel").dtype()) == "bfloat16");
-  CHECK(ckpt::dtype_name(all.leaf("mu").dtype()) == "bfloat16");
-  CHECK(ckpt::dtype_name(all.leaf("lr").dtype()) == "bfloat16");
-  CHECK(ckpt::dtype_name(all.leaf("step").dtype()) == "int64");  // not floating: untouched
-  const auto dense = ckpt::metadata(tmp / "dense");
-  CHECK(ckpt::dtype_name(dense.leaf("dense.kernel").dtype()) == "float16");
-  CHECK(ckpt::dtype_name(dense.leaf("mu").dtype()) == "float32");
-
-  // A bfloat16 leaf restores into a float target by itself (a lossless widening).
-  const StateV1 r = ckpt::restore<StateV1>(tmp / "all");
-  CHECK(r.dense.kernel(0, 0) == 1.0f);
-  CHECK(r.dense.kernel(0, 1) == 1.0f);  // 1.00390625 rounded to even in bfloat16
-  CHECK(r.dense.kernel(0, 2) == -2.5f);
-  CHECK(r.dense.kernel(1, 2) == 65536.0f);
-  CHECK(r.lr == 0.25f);
-  CHECK(ckpt::restore<StateV1>(tmp / "dense").dense.kernel(1, 2) == 65504.0f);
-  CHECK_THROWS_AS(ckpt::save(tmp / "bad", s, {.save_dtype = ckpt::dtype::int8}), ckpt::Error);
-}
-
-TEST_CASE("a narrowing cast nobody asked for is a DtypeMismatchError naming the path") {
-  test::TempDir tmp;
-  struct Wide {
-    std::vector<double> x = {1.5, 2.5};
-    std::int64_t big = std::int64_t{1} << 40;
-    std::int64_t small = 12;
-  };
-  struct Narrow {
-    std::vector<float> x;
-    std::int32_t big = 0;
-    std::int32_t small = 0;
-  };
-  struct NarrowX {
-    std::vector<float> x;
-  };
-  struct NarrowSmall {
-    std::int8_t small = 0;
-  };
-  ckpt::save(tmp / "c", Wide{});
-  CHECK_THROWS_WITH_AS(ckpt::restore<NarrowX>(tmp / "c"), doctest::Contains("x: dtype float64 in checkpoint, float32"),
-                       ckpt::DtypeMismatchError);
-  const auto x = ckpt::restore<NarrowX>(tmp / "c", {.restore_dtype = ckpt::dtype::float32});
-  CHECK(x.x == std::vector<float>{1.5f, 2.5f});
-  CHECK_THROWS_WITH_AS(ckpt::restore<Narrow>(tmp / "c", {.restore_dtype = ckpt::dtype::float32}),
-                       doctest::Contains("big: element 0 does not fit in int32"), ckpt::DtypeMismatchError);
-  CHECK(ckpt::restore<NarrowSmall>(tmp / "c").small == 12);  // integer narrowing of values that fit
-}
-
-TEST_CASE("lazy leaves: shape and dtype at once, bytes on the first get()") {
-  test::TempDir tmp;
-  struct Big {
-    std::int64_t step = 3;
-    xt::xtensor<float, 2> w = xt::ones<float>({256, 256});
-    std::vector<double> v = std::vector<double>(5000, 2.0);
-  };
-  struct LazyBig {
-    std::int64_t step = 0;
-    ckpt::lazy<xt::xtensor<float, 2>> w;
-    ckpt::lazy<std::vector<double>> v;
-  };
-  ckpt::save(tmp / "c", Big{});
-  // Corrupt w's bytes: opening lazily must not notice, reading must.
-  const auto md = ckpt::metadata(tmp / "c");
-  auto data = test::read_bytes(tmp / "c" / "data-0");
-  data[10] ^= 1;
-  test::write_bytes(tmp / "c" / "data-0", data);
-
-  LazyBig l = ckpt::restore<LazyBig>(tmp / "c");
-  CHECK(l.step == 3);
-  CHECK(l.w.shape() == ckpt::Shape{256, 256});
-  CHECK(ckpt::dtype_name(l.w.dtype()) == "float32");
-  CHECK_FALSE(l.w.loaded());
-  CHECK_THROWS_AS(l.w.get(), ckpt::CorruptCheckpointError);
-  CHECK(l.v.get() == std::vector<double>(5000, 2.0));
-  CHECK(l.v.loaded());
-
-  const auto tree = ckpt::restore_tree(tmp / "c", {.lazy = true});
-  CHECK_FALSE(tree.leaf("w").loaded());
-  CHECK(tree.leaf("v").as<std::vector<double>>().size() == 5000);
-  CHECK_THROWS_AS(ckpt::restore_tree(tmp / "c"), ckpt::CorruptCheckpointError);
-
-  // A lazy leaf saves its value, and a wrong dtype shows at restore, not at get().
-  struct LazyWrong {
-    ckpt::lazy<std::vector<std::int32_t>> v;
-  };
-  CHECK_THROWS_AS(ckpt::restore<LazyWrong>(tmp / "c"), ckpt::DtypeMismatchError);
-  LazyBig fresh;
-  fresh.v = ckpt::lazy<std::vector<double>>(std::vector<double>{4, 5});
-  fresh.w = ckpt::lazy<xt::xtensor<float, 2>>(xt::xtensor<float, 2>{{1, 2}});
-  ckpt::save(tmp / "again", fresh);
-  CHECK(ckpt::restore<Big>(tmp / "again").v == std::vector<double>{4, 5});
 }
 
 TEST_CASE("allocate<T> sizes a target from metadata alone; restore_into then fills it in place") {

@@ -7,13 +7,8 @@
 
 namespace reflect_test {
 
-struct Dense {
-  xt::xtensor<float, 2> kernel;
-  xt::xtensor<float, 1> bias;
-};
-struct Params {
-  Dense encoder, decoder;
-};
+using test::Dense;
+using test::Params;
 struct Layer {
   std::vector<float> w;
 };
@@ -125,8 +120,8 @@ TEST_CASE("a path's dotted form escapes '.', '\\\\' and NUL and parses back") {
   CHECK(dotted == std::string("config.a\\.b.c\\\\d.e\\0f..g/h"));
   CHECK(ckpt::Path::parse(dotted) == p);
   CHECK(ckpt::Path::parse("") == ckpt::Path());
-  CHECK_THROWS_AS(ckpt::Path::parse("a\\"), ckpt::Error);
-  CHECK_THROWS_AS(ckpt::Path::parse("a\\x"), ckpt::Error);
+  CHECK_THROWS_CKPT(ckpt::Path::parse("a\\"), ckpt::Error, "a\\: path ends with a lone '\\'");
+  CHECK_THROWS_CKPT(ckpt::Path::parse("a\\x"), ckpt::Error, "unknown escape '\\x' in path");
 }
 
 TEST_CASE("the schema lists every leaf pattern with dtype and rank, and is recorded") {

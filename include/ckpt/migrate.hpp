@@ -14,6 +14,7 @@
 #include <ckpt/migrate/chain.hpp>
 #include <ckpt/migrate/migration.hpp>
 #include <ckpt/restore.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -60,7 +61,10 @@ template <class New, class... M>
   requires(sizeof...(M) >= 1)
 New restore(const std::filesystem::path& dir, const Chain<M...>& c, const RestoreOptions& opts = {}) {
   using C = Chain<M...>;
-  static_assert(std::is_same_v<New, typename C::new_type>, "ckpt::restore<New>(dir, chain): New must be the chain's newest type");
+  static_assert(std::is_same_v<New, typename C::new_type>,
+                CKPT_STATIC_ERROR("ckpt::restore<New>(dir, chain): New must be the chain's newest type",
+                                  "Restore into the new type of the chain's last migration, or add the migration to New.",
+                                  CKPT_NAMED_ABOVE));
   auto index = open_index(dir);
   const Schema& held = index->info().schema;
   std::optional<New> out;

@@ -11,6 +11,7 @@
 #include <ckpt/options.hpp>
 #include <ckpt/restore/fill.hpp>
 #include <ckpt/restore/tree.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -45,8 +46,10 @@ void restore_into(const std::filesystem::path& dir, T& target, const RestoreOpti
 // Restores a new T (default-constructed, then filled; arrays take the checkpoint's shapes).
 template <class T>
 T restore(const std::filesystem::path& dir, const RestoreOptions& opts = {}) {
-  static_assert(std::is_default_constructible_v<T>, "ckpt::restore<T> needs a default-constructible T; "
-                                                    "use ckpt::restore_into(dir, value) otherwise");
+  static_assert(std::is_default_constructible_v<T>,
+                CKPT_STATIC_ERROR("ckpt::restore<T> needs a default-constructible T",
+                                  "Construct the value yourself and fill it with ckpt::restore_into(dir, value).",
+                                  CKPT_NAMED_ABOVE));
   T value{};
   detail::restore_from_index(open_index(dir), value, opts, false);
   return value;

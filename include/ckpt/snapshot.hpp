@@ -20,6 +20,7 @@
 #include <ckpt/tree/edit.hpp>
 #include <ckpt/tree/schema.hpp>
 #include <ckpt/tree/walk.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -80,7 +81,9 @@ struct Snapshot {
   // Adds (or replaces) a leaf holding a copy of `value`, of any leaf type.
   template <class U>
   void set(std::string_view path, const U& value) {
-    static_assert(ckpt::leaf<U>, "ckpt: Snapshot::set needs a leaf value (a number, string, vector, xtensor...)");
+    static_assert(ckpt::leaf<U>, CKPT_STATIC_ERROR("Snapshot::set needs a leaf value",
+                                                  "Pass a number, string, vector or xtensor; set a struct leaf by leaf.",
+                                                  CKPT_NAMED_ABOVE));
     LeafBytes b = leaf_codec<U>::save(value);
     b.make_owned();
     detail::set_leaf(leaves, path_of, SnapshotLeaf{Path::parse(path), std::move(b)});

@@ -22,7 +22,8 @@ auto make() {
 #endif
 }
 
-// expect: ckpt: a leaf of the new type has no source in the old type
+// expect: ******** ckpt: a leaf of the new type has no source in the old type
+// expect: Add ckpt::rename<"old.path", "new.path">
 // expect: CKPT_ERROR_migration_this_leaf_of_the_new_type_has_no_source_in_the_old_type<V2,
 // expect-gcc: fixed_string<11>{"schedule.lr"}
 // expect-clang: text_chars<'s', 'c', 'h', 'e', 'd', 'u', 'l', 'e', '.', 'l', 'r'>

@@ -17,7 +17,8 @@ auto make() {
 #endif
 }
 
-// expect: ckpt: a migration rule names a path the old type lacks
+// expect: ******** ckpt: a migration rule names a path the old type lacks
+// expect: Correct the rule's path: dotted field names of the old type
 // expect: CKPT_ERROR_migration_a_rule_names_a_path_that_the_old_type_lacks<V1,
 // expect-gcc: fixed_string<3>{"mom"}
 // expect-clang: text_chars<'m', 'o', 'm'>

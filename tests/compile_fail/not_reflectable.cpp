@@ -14,6 +14,7 @@ class Secret {
 
 void f() { ckpt::save("/nonexistent/never-run", Secret{}); }
 
-// expect: ckpt: this type is neither a leaf nor a struct ckpt can reflect
+// expect: ******** ckpt: this type is neither a leaf nor a struct ckpt can reflect
+// expect: or specialize ckpt::leaf_codec<T>.
 // expect: ckpt_fields
 // expect: CKPT_ERROR_this_type_is_neither_a_leaf_nor_a_struct_ckpt_can_reflect<Secret>

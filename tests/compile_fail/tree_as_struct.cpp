@@ -13,4 +13,5 @@ float f(const ckpt::Tree& t) {
 #endif
 }
 
-// expect: ckpt: Tree::Leaf::as<U>() needs a leaf type U
+// expect: ******** ckpt: Tree::Leaf::as<U>() needs a leaf type U
+// expect: Ask for a number, string, vector or xtensor

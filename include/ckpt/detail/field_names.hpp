@@ -8,6 +8,8 @@
 // pretty function is learned from a probe struct, and static_asserted on it.
 #pragma once
 
+#include <ckpt/detail/static_error.hpp>
+
 #include <array>
 #include <cstddef>
 #include <string_view>
@@ -51,7 +53,11 @@ consteval std::size_t count_aggregate_fields() {
 template <class T>
 inline constexpr std::size_t aggregate_field_count = count_aggregate_fields<std::remove_cv_t<T>>();
 
-// Field I of an aggregate (const-ness follows obj).
+// Field I of an aggregate (const-ness follows obj). The one call into another
+// library's detail namespace, on purpose: boost::pfr::get<I> counts the fields with
+// PFR's fields_count, on which GCC 12 crashes for aggregates holding a std::array of
+// class type; tie_as_tuple with our own count (aggregate_field_count) avoids it.
+// Boost >= 1.81 is required, whose PFR has these names (docs/design.md, tree/).
 template <std::size_t I, class Obj>
 constexpr auto& aggregate_field(Obj& obj) {
   return boost::pfr::detail::sequence_tuple::get<I>(boost::pfr::detail::tie_as_tuple(
@@ -135,7 +141,10 @@ static_assert(field_name_of<field_name_probe, 0>() == probe_name &&
                   aggregate_field_names<field_name_probe2>[0] == "alpha" &&
                   aggregate_field_names<field_name_probe2>[1] == "beta_2" &&
                   aggregate_field_names<field_name_probe2>[2] == "gamma",
-              "******** ckpt: this compiler spells __PRETTY_FUNCTION__ in a way ckpt's field-name "
-              "reader does not understand; field names of aggregates cannot be read. ********");
+              CKPT_STATIC_ERROR("this compiler spells __PRETTY_FUNCTION__ in a way ckpt's field-name reader does "
+                                "not understand; field names of aggregates cannot be read",
+                                "Use GCC >= 12 or clang >= 14, or name the fields yourself with ckpt_fields / "
+                                "BOOST_HANA_DEFINE_STRUCT, and report the compiler.",
+                                ""));
 
 }  // namespace ckpt::detail

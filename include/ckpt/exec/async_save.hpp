@@ -20,6 +20,7 @@
 
 #include <ckpt/error.hpp>
 #include <ckpt/exec/executor.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -112,6 +113,6 @@ struct async_save {
     std::thread thread_;  // last: starts after every member above exists
   };
 };
-static_assert(executor_policy<async_save>);
+static_assert(executor_policy<async_save>, CKPT_INTERNAL_CHECK("async_save must meet executor_policy"));
 
 }  // namespace ckpt

@@ -9,6 +9,7 @@
 #include <string>
 
 #include <ckpt/exec/executor.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -24,6 +25,6 @@ struct sync_save {
     void rethrow_if_failed() {}
   };
 };
-static_assert(executor_policy<sync_save>);
+static_assert(executor_policy<sync_save>, CKPT_INTERNAL_CHECK("sync_save must meet executor_policy"));
 
 }  // namespace ckpt

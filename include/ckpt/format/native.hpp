@@ -13,6 +13,7 @@
 #if CKPT_DEFINE_API
 #include <ckpt/format/native/reader.hpp>
 #include <ckpt/format/native/writer.hpp>
+#include <ckpt/detail/static_error.hpp>
 #endif
 
 namespace ckpt {
@@ -38,7 +39,7 @@ CKPT_API bool native::is_committed(const std::filesystem::path& dir) {
 CKPT_API std::shared_ptr<const Index> native::open(const std::filesystem::path& dir) { return native_format::open(dir); }
 #endif
 
-static_assert(format_policy<native>);
+static_assert(format_policy<native>, CKPT_INTERNAL_CHECK("native must meet format_policy"));
 inline const bool native_registered = register_format<native>(0);
 
 }  // namespace ckpt

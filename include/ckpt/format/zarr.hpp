@@ -12,6 +12,8 @@
 
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/interop/stored.hpp>
+#include <ckpt/format/zarr/chunks.hpp>
+#include <ckpt/format/zarr/metadata.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>

@@ -124,7 +124,10 @@ inline void pread_exact(const File& f, std::span<std::byte> dst, std::uint64_t o
       if (errno == EINTR) continue;
       throw_errno("read failed", name);
     }
-    if (n == 0) throw CorruptCheckpointError(name.string(), "", "file is shorter than the manifest says (truncated?)");
+    // Said for every reader (the native manifest, zarr chunks, msgpack files): no "manifest".
+    if (n == 0)
+      throw CorruptCheckpointError(name.string(), "", "file ends at byte " + std::to_string(offset + done) + ", before the " +
+                                                          std::to_string(offset + dst.size()) + " bytes expected (truncated?)");
     done += static_cast<std::size_t>(n);
   }
 }

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include <ckpt/leaf/half.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -77,9 +78,9 @@ constexpr bool dtype_table_is_in_enum_order() {
     if (static_cast<std::size_t>(dtype_table[i].type) != i) return false;
   return true;
 }
-static_assert(dtype_table_is_in_enum_order(), "ckpt: dtype_table must list the dtypes in the order of the enum");
+static_assert(dtype_table_is_in_enum_order(), CKPT_INTERNAL_CHECK("dtype_table must list the dtypes in the order of the enum"));
 static_assert(std::tuple_size_v<element_types> == static_cast<std::size_t>(dtype::string),
-              "ckpt: element_types must list one C++ type per numeric dtype, in the order of the enum");
+              CKPT_INTERNAL_CHECK("element_types must list one C++ type per numeric dtype, in the order of the enum"));
 }  // namespace detail
 
 constexpr const dtype_info& info(dtype d) noexcept { return dtype_table[static_cast<std::size_t>(d)]; }

@@ -5,6 +5,8 @@
 // convert to and from float with round-to-nearest-even; arithmetic goes through float.
 #pragma once
 
+#include <ckpt/detail/static_error.hpp>
+
 #include <bit>
 #include <cstdint>
 
@@ -76,8 +78,10 @@ struct float16 {
   friend constexpr bool operator==(float16 a, float16 b) noexcept { return float(a) == float(b); }
 };
 
-static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2, "ckpt: 16-bit float types must be 2 bytes");
-static_assert(float(float16(1.0f)) == 1.0f && float(float16(65504.0f)) == 65504.0f);
-static_assert(float(bfloat16(1.0f)) == 1.0f && float(bfloat16(-2.5f)) == -2.5f);
+static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2, CKPT_INTERNAL_CHECK("16-bit float types must be 2 bytes"));
+static_assert(float(float16(1.0f)) == 1.0f && float(float16(65504.0f)) == 65504.0f,
+              CKPT_INTERNAL_CHECK("float16 must round-trip 1 and 65504"));
+static_assert(float(bfloat16(1.0f)) == 1.0f && float(bfloat16(-2.5f)) == -2.5f,
+              CKPT_INTERNAL_CHECK("bfloat16 must round-trip 1 and -2.5"));
 
 }  // namespace ckpt

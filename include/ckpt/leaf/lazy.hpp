@@ -9,12 +9,16 @@
 #include <mutex>
 
 #include <ckpt/leaf/codec.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
 template <class U>
 class lazy {
-  static_assert(leaf<U>, "ckpt::lazy<U> needs a leaf type U (a number, string, vector, xtensor...)");
+  static_assert(leaf<U>, CKPT_STATIC_ERROR("ckpt::lazy<U> needs a leaf type U",
+                                           "Use a number, string, vector or xtensor for U; make a struct's fields "
+                                           "lazy one by one.",
+                                           CKPT_NAMED_ABOVE));
 
  public:
   lazy() = default;

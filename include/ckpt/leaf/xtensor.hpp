@@ -14,6 +14,7 @@
 #include <xtensor/xtensor_forward.hpp>
 
 #include <ckpt/leaf/array_restore.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -30,10 +31,14 @@ template <class C, int Rank>
 struct xt_codec_base {
   using value_type = typename C::value_type;
   static_assert(element<value_type>,
-                "ckpt: the element type of this xtensor container has no dtype; "
-                "use bool, an integer, float, double, std::complex, ckpt::bfloat16 or ckpt::float16");
+                CKPT_STATIC_ERROR("the element type of this xtensor container has no dtype",
+                                  "Use bool, an integer, float, double, std::complex, ckpt::bfloat16 or ckpt::float16.",
+                                  CKPT_NAMED_ABOVE));
   static_assert(C::static_layout == xt::layout_type::row_major,
-                "ckpt: xtensor containers must be row-major (C order) to be saved byte for byte");
+                CKPT_STATIC_ERROR("xtensor containers must be row-major (C order) to be saved byte for byte",
+                                  "Declare the field with xt::layout_type::row_major (the default), or copy it into "
+                                  "one before saving.",
+                                  CKPT_NAMED_ABOVE));
   static constexpr dtype type = dtype_v<value_type>;
   static constexpr int rank = Rank;
   static LeafBytes save(const C& c) {

@@ -59,6 +59,7 @@
 #include <ckpt/save.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/snapshot_edit.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -88,12 +89,17 @@ struct is_format : std::bool_constant<format_policy<P>> {};
 template <class State, class... Policies>
 class CheckpointManager {
   static_assert((detail::manager::any_policy<Policies> && ...),
-                "ckpt::CheckpointManager<State, Policies...>: every policy must be an executor policy "
-                "(ckpt::sync_save, ckpt::async_save) or a format policy (ckpt::native)");
+                CKPT_STATIC_ERROR("a policy of ckpt::CheckpointManager<State, Policies...> is neither an executor "
+                                  "nor a format policy",
+                                  "Give executor policies (ckpt::sync_save, ckpt::async_save) and format policies "
+                                  "(ckpt::native, or any type meeting ckpt::format_policy) only.",
+                                  CKPT_NAMED_ABOVE));
   static_assert((0 + ... + (executor_policy<Policies> ? 1 : 0)) <= 1,
-                "ckpt::CheckpointManager: give at most one executor policy (ckpt::sync_save or ckpt::async_save)");
+                CKPT_STATIC_ERROR("ckpt::CheckpointManager was given more than one executor policy",
+                                  "Give at most one of ckpt::sync_save and ckpt::async_save.", CKPT_NAMED_ABOVE));
   static_assert((0 + ... + (format_policy<Policies> ? 1 : 0)) <= 1,
-                "ckpt::CheckpointManager: give at most one format policy (ckpt::native)");
+                CKPT_STATIC_ERROR("ckpt::CheckpointManager was given more than one format policy",
+                                  "Give at most one format policy (ckpt::native by default).", CKPT_NAMED_ABOVE));
 
  public:
   using state_type = State;

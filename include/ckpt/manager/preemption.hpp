@@ -16,11 +16,15 @@
 #include <mutex>
 
 #include <ckpt/error.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt::detail::manager {
 
 namespace preemption {
-static_assert(std::atomic<bool>::is_always_lock_free, "SIGTERM handling needs a lock-free atomic flag");
+static_assert(std::atomic<bool>::is_always_lock_free,
+              CKPT_STATIC_ERROR("SIGTERM handling needs a lock-free std::atomic<bool>, which this platform lacks",
+                                "Every platform ckpt is tested on has one: please report this one, with its compiler.",
+                                ""));
 
 inline std::atomic<bool> received{false};
 inline struct sigaction previous {};

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include <ckpt/migrate/migration.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -24,7 +25,9 @@ class Chain {
   explicit constexpr Chain(M... m) : m_(std::move(m)...) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       static_assert((std::is_same_v<typename std::tuple_element_t<I, migrations>::new_type, version<I + 1>> && ...),
-                    "ckpt::chain: each migration's new type must be the next migration's old type");
+                    CKPT_STATIC_ERROR("ckpt::chain: each migration's new type must be the next migration's old type",
+                                      "List the migrations oldest first: chain(m12, m23, ...), with no version skipped.",
+                                      CKPT_NAMED_ABOVE));
     }(std::make_index_sequence<count - 1>{});
   }
 

@@ -18,6 +18,7 @@
 #include <ckpt/migrate/type_path.hpp>
 #include <ckpt/tree/node.hpp>
 #include <ckpt/tree/schema.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -93,16 +94,25 @@ class Migration {
     using namespace migrate;
     constexpr std::string_view target = R::target.view();
     if constexpr (!has_path<New>(target)) {
-      static_assert(node::always_false<R>, "\n\n******** ckpt: a migration rule names a path the new type lacks. ********\n");
+      static_assert(node::always_false<R>,
+                    CKPT_STATIC_ERROR("a migration rule names a path the new type lacks",
+                                      "Correct the rule's path: dotted field names of the new type, e.g. \"opt.mu\".",
+                                      "The next error (CKPT_ERROR_...) names the new type and the path."));
       (void)sizeof(CKPT_ERROR_migration_a_rule_names_a_path_that_the_new_type_lacks<New, detail::printable<R::target>>);
     }
     if constexpr (R::kind != rule_kind::fill) {
       constexpr std::string_view source = R::source.view();
       if constexpr (!has_path<Old>(source)) {
-        static_assert(node::always_false<R>, "\n\n******** ckpt: a migration rule names a path the old type lacks. ********\n");
+        static_assert(node::always_false<R>,
+                      CKPT_STATIC_ERROR("a migration rule names a path the old type lacks",
+                                        "Correct the rule's path: dotted field names of the old type, e.g. \"opt.mu\".",
+                                        "The next error (CKPT_ERROR_...) names the old type and the path."));
         (void)sizeof(CKPT_ERROR_migration_a_rule_names_a_path_that_the_old_type_lacks<Old, detail::printable<R::source>>);
       } else if constexpr (R::kind == rule_kind::rename && find_char(source, '*') != std::string_view::npos) {
-        static_assert(node::always_false<R>, "\n\n******** ckpt: a rename's source cannot contain \"*\". ********\n");
+        static_assert(node::always_false<R>,
+                      CKPT_STATIC_ERROR("a rename's source cannot contain \"*\"",
+                                        "Rename each leaf or subtree by its own path.",
+                                        "The next error (CKPT_ERROR_...) names the path."));
         (void)sizeof(CKPT_ERROR_migration_a_rename_path_cannot_contain_a_wildcard<detail::printable<R::source>>);
       }
     }
@@ -119,18 +129,20 @@ class Migration {
   template <detail::fixed_string NP, class N>
   static void no_source() {
     static_assert(node::always_false<N>,
-                  "\n\n******** ckpt: a leaf of the new type has no source in the old type. ********\n"
-                  "Add ckpt::rename<\"old.path\", \"new.path\">, ckpt::fill<\"path\">(fn) or ckpt::transform<\"path\">(fn) "
-                  "to the migration. The next error names the path.\n");
+                  CKPT_STATIC_ERROR("a leaf of the new type has no source in the old type",
+                                    "Add ckpt::rename<\"old.path\", \"new.path\">, ckpt::fill<\"path\">(fn) or "
+                                    "ckpt::transform<\"path\">(fn) to the migration.",
+                                    "The next error (CKPT_ERROR_...) names the new type and the path."));
     (void)sizeof(migrate::CKPT_ERROR_migration_this_leaf_of_the_new_type_has_no_source_in_the_old_type<
                  New, detail::printable<NP>>);
   }
   template <detail::fixed_string NP, class O, class N>
   static void no_conversion() {
     static_assert(node::always_false<N>,
-                  "\n\n******** ckpt: a leaf does not convert from the old type to the new one. ********\n"
-                  "Only lossless casts of a compatible rank happen by themselves; use ckpt::transform<\"path\">(fn). "
-                  "The next error names the path and both types.\n");
+                  CKPT_STATIC_ERROR("a leaf does not convert from the old type to the new one",
+                                    "Only lossless casts of a compatible rank happen by themselves; use "
+                                    "ckpt::transform<\"path\">(fn).",
+                                    "The next error (CKPT_ERROR_...) names the path and both leaf types."));
     (void)sizeof(migrate::CKPT_ERROR_migration_this_leaf_does_not_convert_from_the_old_type_to_the_new_type<
                  detail::printable<NP>, O, N>);
   }

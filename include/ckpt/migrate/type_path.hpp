@@ -12,6 +12,7 @@
 
 #include <ckpt/detail/fixed_string.hpp>
 #include <ckpt/tree/node.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt::migrate {
 
@@ -119,7 +120,7 @@ constexpr const auto& get_at(const T& obj) {
     constexpr node::kind k = node::kind_v<T>;
     if constexpr (k == node::kind::structure) {
       constexpr std::size_t i = field_index<T>(head_of(p));
-      static_assert(i != no_field);
+      static_assert(i != no_field, CKPT_INTERNAL_CHECK("get_at was given a path that check_rule let through"));
       return get_at<tail<P>()>(reflect::get_field<i>(obj));
     } else if constexpr (k == node::kind::tuple) {
       constexpr std::size_t i = index_of_segment(head_of(p));
@@ -128,7 +129,12 @@ constexpr const auto& get_at(const T& obj) {
       if (!obj) throw Error("", std::string(p), "migration: the old value at this path is an empty optional");
       return get_at<P>(*obj);
     } else {
-      static_assert(node::always_false<T>, "ckpt: get_at reaches only struct fields, tuple items and optionals");
+      static_assert(node::always_false<T>,
+                    CKPT_STATIC_ERROR("a migration path goes through something other than a struct field, a tuple "
+                                      "item or an optional",
+                                      "Point the rule at a leaf or a struct reached through fields, tuple items and "
+                                      "optionals; use ckpt::transform on the container instead.",
+                                      CKPT_NAMED_ABOVE));
       return obj;
     }
   }

@@ -16,6 +16,7 @@
 #include <ckpt/index.hpp>
 #include <ckpt/restore/fill.hpp>
 #include <ckpt/tree/edit.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
 
@@ -33,7 +34,10 @@ class Tree {
     // (U = float, std::vector<int>, xt::xarray<double>, std::string, ...).
     template <class U>
     U as() const {
-      static_assert(ckpt::leaf<U>, "ckpt: Tree::Leaf::as<U>() needs a leaf type U (a number, string, vector, xtensor...)");
+      static_assert(ckpt::leaf<U>, CKPT_STATIC_ERROR("Tree::Leaf::as<U>() needs a leaf type U",
+                                                    "Ask for a number, string, vector or xtensor; restore a struct "
+                                                    "with ckpt::restore<T>(dir, {.subtree = \"path\"}).",
+                                                    CKPT_NAMED_ABOVE));
       U out{};
       Source src(*this);
       leaf_codec<U>::restore(out, src);
@@ -145,7 +149,9 @@ class Tree {
   // Adds (or replaces) a leaf holding `value`, of any leaf type.
   template <class U>
   void set(std::string_view path, const U& value) {
-    static_assert(ckpt::leaf<U>, "ckpt: Tree::set needs a leaf value (a number, string, vector, xtensor...)");
+    static_assert(ckpt::leaf<U>, CKPT_STATIC_ERROR("Tree::set needs a leaf value",
+                                                  "Pass a number, string, vector or xtensor; set a struct leaf by leaf.",
+                                                  CKPT_NAMED_ABOVE));
     LeafBytes b = leaf_codec<U>::save(value);
     Leaf l;
     l.path_ = Path::parse(path);

@@ -19,6 +19,7 @@
 #include <ckpt/detail/fixed_string.hpp>
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/tree/reflect.hpp>
+#include <ckpt/detail/static_error.hpp>
 
 namespace ckpt::node {
 
@@ -79,11 +80,13 @@ template <class T>
 consteval void require_node() {
   if constexpr (kind_v<T> == kind::unsupported) {
     static_assert(always_false<T>,
-                  "\n\n******** ckpt: this type is neither a leaf nor a struct ckpt can reflect. ********\n"
-                  "Make it an aggregate (a struct with public fields, no base classes, no constructors), "
-                  "declare it with BOOST_HANA_DEFINE_STRUCT / BOOST_HANA_ADAPT_STRUCT, give it\n"
-                  "  friend constexpr auto ckpt_fields(ckpt::type_tag<T>) { return ckpt::fields(ckpt::field(\"name\", &T::member), ...); }\n"
-                  "or specialize ckpt::leaf_codec<T>. The type is named in the next error.\n");
+                  CKPT_STATIC_ERROR("this type is neither a leaf nor a struct ckpt can reflect",
+                                    "Make it an aggregate (a struct with public fields, no base classes, no "
+                                    "constructors), declare it with BOOST_HANA_DEFINE_STRUCT / BOOST_HANA_ADAPT_STRUCT, "
+                                    "give it\n  friend constexpr auto ckpt_fields(ckpt::type_tag<T>) { return "
+                                    "ckpt::fields(ckpt::field(\"name\", &T::member), ...); }\nor specialize "
+                                    "ckpt::leaf_codec<T>.",
+                                    CKPT_NAMED_NEXT));
     (void)sizeof(CKPT_ERROR_this_type_is_neither_a_leaf_nor_a_struct_ckpt_can_reflect<T>);
   }
 }
@@ -98,9 +101,10 @@ consteval void require_field() {
   if constexpr (kind_v<F> == kind::unsupported) {
     constexpr std::string_view name = reflect::field_name<Struct, I>();
     static_assert(always_false<F>,
-                  "\n\n******** ckpt: the type of a field is neither a leaf nor a struct ckpt can reflect. ********\n"
-                  "The next error names the struct, the field and the field's type. Change the field's type, "
-                  "leave the field out with a ckpt_fields customization, or specialize ckpt::leaf_codec for it.\n");
+                  CKPT_STATIC_ERROR("the type of a field is neither a leaf nor a struct ckpt can reflect",
+                                    "Change the field's type, leave the field out with a ckpt_fields customization, "
+                                    "or specialize ckpt::leaf_codec for it.",
+                                    "The next error (CKPT_ERROR_...) names the struct, the field and the field's type."));
     (void)sizeof(CKPT_ERROR_the_type_of_this_field_is_neither_a_leaf_nor_a_struct_ckpt_can_reflect<
                  Struct, detail::printable<detail::make_fixed_string<name.size()>(name)>, F>);
   } else {

@@ -22,7 +22,6 @@
 
 #include <ckpt/detail/msgpack.hpp>
 #include <ckpt/format/interop/stored.hpp>
-#include <ckpt/format/native/manifest.hpp>
 #include <ckpt/io/file.hpp>
 
 namespace ckpt::interop {

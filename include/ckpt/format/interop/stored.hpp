@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/format/zarr/array.hpp>
+#include <ckpt/format/zarr/chunks.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/snapshot.hpp>
 
@@ -50,7 +50,7 @@ class Reader final : public IndexReader {
       at += p.size();
     }
     if (at != dst.size()) fail("stored bytes fall short of the leaf's size");
-    if (s.swap) zarr::detail::byteswap(dst, dtype_size(e.type), e.type);
+    if (s.swap) zarr::byteswap(dst, dtype_size(e.type), e.type);
   }
 
  private:

@@ -1,0 +1,224 @@
+// ckpt/format/zarr/chunks.hpp — one zarr v2 array's chunks: checked for plausibility,
+// read into one buffer and written, as zarr/metadata.hpp's ArrayMeta describes them.
+//
+// Each chunk is a file named by its grid position ("0.1", or "0/1"; "0" for a 0-d
+// array). Edge chunks are stored full size; a missing chunk reads as fill_value.
+// Everything read is untrusted: the array's declared size is checked against the
+// bytes on disk before anything is allocated, every decompression is bounded by the
+// chunk's size, and chunk keys are grid numbers only, so they never leave the array
+// directory; a chunk that is a symlink is refused.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <ckpt/error.hpp>
+#include <ckpt/format/zarr/metadata.hpp>
+#include <ckpt/io/codec.hpp>
+#include <ckpt/io/file.hpp>
+
+namespace ckpt::zarr {
+
+inline std::string chunk_key(const std::vector<std::int64_t>& idx, char sep) {
+  if (idx.empty()) return "0";
+  std::string k;
+  for (std::size_t i = 0; i < idx.size(); ++i) k += (i ? std::string(1, sep) : "") + std::to_string(idx[i]);
+  return k;
+}
+
+}  // namespace ckpt::zarr
+
+namespace ckpt::detail::zarr_array {
+// Opens a chunk without following a final symlink (a chunk must be a file of the
+// checkpoint); returns -1 when absent.
+inline int open_chunk(const std::filesystem::path& p, std::uint64_t& size) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return -1;
+    io::throw_errno("cannot open chunk", p);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(p.string(), "", "chunk is not a regular file");
+  }
+  size = static_cast<std::uint64_t>(st.st_size);
+  return fd;
+}
+
+}  // namespace ckpt::detail::zarr_array
+
+namespace ckpt::zarr {
+
+// Big-endian elements to native order, in place (elem: one element's size in bytes).
+inline void byteswap(std::span<std::byte> b, std::size_t elem, dtype d) {
+  // complex numbers swap each half on its own
+  const std::size_t w = (d == dtype::complex64 || d == dtype::complex128) ? elem / 2 : elem;
+  for (std::size_t i = 0; i + w <= b.size(); i += w) std::reverse(b.begin() + static_cast<std::ptrdiff_t>(i), b.begin() + static_cast<std::ptrdiff_t>(i + w));
+}
+
+// Refuses arrays whose declared size the files cannot plausibly hold, and grids of too
+// many chunks, before anything is allocated or iterated. Returns "" or the reason.
+inline std::string check_plausible(const fs::path& dir, const ArrayMeta& m) {
+  std::uint64_t chunks = 1;
+  for (std::size_t i = 0; i < m.shape.size(); ++i) {
+    const auto n = static_cast<std::uint64_t>((m.shape[i] + m.chunks[i] - 1) / m.chunks[i]);
+    if (n != 0 && chunks > max_chunks / n) return "its grid has more than " + std::to_string(max_chunks) + " chunks";
+    chunks *= n;
+  }
+  std::uint64_t stored = 0;
+  std::error_code ec;
+  std::size_t files = 0;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec), end; !ec && it != end; it.increment(ec)) {
+    if (++files > max_chunks + 16) return "its directory holds too many files";
+    if (it.depth() > max_rank) { it.disable_recursion_pending(); continue; }
+    std::error_code e2;
+    if (it->is_regular_file(e2)) stored += it->file_size(e2);
+  }
+  const std::uint64_t allowed = free_bytes + (stored > (std::uint64_t{1} << 40) ? (std::uint64_t{1} << 62) : stored * max_expansion);
+  if (m.bytes() > allowed)
+    return "shape " + shape_str(m.shape) + " needs " + std::to_string(m.bytes()) + " bytes, far more than its " +
+           std::to_string(stored) + " bytes of files can hold";
+  return "";
+}
+
+// Reads the whole array into dst (dst.size() == m.bytes()), C order, native byte order.
+// `fail` throws naming the checkpoint and leaf.
+inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::byte> dst,
+                       const std::function<void(const std::string&)>& fail) {
+  const std::size_t es = dtype_size(m.type);
+  const std::size_t rank = m.shape.size();
+  // prefill with fill_value: missing chunks read as it
+  if (m.fill.empty()) {
+    if (!dst.empty()) std::memset(dst.data(), 0, dst.size());  // an empty array's data() may be null
+  } else
+    for (std::size_t i = 0; i + es <= dst.size(); i += es) std::memcpy(dst.data() + i, m.fill.data(), es);
+  if (element_count(m.shape) == 0) return;
+
+  std::vector<std::int64_t> grid(rank), idx(rank, 0);
+  for (std::size_t i = 0; i < rank; ++i) grid[i] = (m.shape[i] + m.chunks[i] - 1) / m.chunks[i];
+  // strides in elements: of the array (C), and of a chunk (C or F)
+  std::vector<std::uint64_t> astride(rank), cstride(rank);
+  std::uint64_t a = 1, c = 1;
+  for (std::size_t i = rank; i-- > 0;) { astride[i] = a; a *= static_cast<std::uint64_t>(m.shape[i]); }
+  if (m.fortran) for (std::size_t i = 0; i < rank; ++i) { cstride[i] = c; c *= static_cast<std::uint64_t>(m.chunks[i]); }
+  else for (std::size_t i = rank; i-- > 0;) { cstride[i] = c; c *= static_cast<std::uint64_t>(m.chunks[i]); }
+  const std::uint64_t chunk_bytes = m.chunk_bytes();
+  std::vector<std::byte> raw, comp;
+
+  for (;;) {
+    const std::string key = chunk_key(idx, m.separator);
+    const fs::path file = dir / key;
+    std::uint64_t size = 0;
+    int fd = -1;
+    try {
+      fd = detail::zarr_array::open_chunk(file, size);
+    } catch (const Error& e) {
+      fail(std::string("chunk ") + key + ": " + e.what());
+    }
+    if (fd >= 0) {
+      io::File f(fd);
+      const std::uint64_t max_comp = m.compressor == io::codec::none ? chunk_bytes : chunk_bytes + chunk_bytes / 8 + (1u << 20);
+      if (size > max_comp) fail("chunk " + key + " is " + std::to_string(size) + " bytes, more than any encoding of its " + std::to_string(chunk_bytes));
+      if (chunk_bytes > free_bytes + size * max_expansion)
+        fail("chunk " + key + " would decompress to " + std::to_string(chunk_bytes) + " bytes from " + std::to_string(size));
+      comp.resize(static_cast<std::size_t>(size));
+      try {
+        io::pread_exact(f, comp, 0, file);
+      } catch (const Error& e) {
+        fail(std::string("chunk ") + key + ": " + e.what());
+      }
+      raw.resize(static_cast<std::size_t>(chunk_bytes));
+      if (const std::string bad = io::decompress(m.compressor, comp, raw); !bad.empty()) fail("chunk " + key + ": " + bad);
+      if (m.big_endian) byteswap(raw, es, m.type);
+      // copy the part of the chunk inside the array
+      std::vector<std::int64_t> start(rank), ext(rank), local(rank, 0);
+      for (std::size_t i = 0; i < rank; ++i) {
+        start[i] = idx[i] * m.chunks[i];
+        ext[i] = std::min(m.chunks[i], m.shape[i] - start[i]);
+      }
+      if (rank == 0) {
+        std::memcpy(dst.data(), raw.data(), es);
+      } else {
+        // C order: runs along the last dimension are contiguous on both sides
+        const bool runs = !m.fortran || rank == 1;
+        const std::int64_t inner = runs ? ext[rank - 1] : 1;
+        const std::size_t outer_rank = runs ? rank - 1 : rank;
+        for (;;) {
+          std::uint64_t so = 0, doff = 0;
+          for (std::size_t i = 0; i < rank; ++i) {
+            so += static_cast<std::uint64_t>(local[i]) * cstride[i];
+            doff += static_cast<std::uint64_t>(start[i] + local[i]) * astride[i];
+          }
+          std::memcpy(dst.data() + doff * es, raw.data() + so * es, static_cast<std::size_t>(inner) * es);
+          std::size_t k = outer_rank;
+          bool more = false;
+          while (k-- > 0) {
+            if (++local[k] < ext[k]) { more = true; break; }
+            local[k] = 0;
+          }
+          if (!more) break;
+        }
+      }
+    }
+    // next chunk in the grid
+    std::size_t k = rank;
+    bool done = true;
+    while (k-- > 0) {
+      if (++idx[k] < grid[k]) { done = false; break; }
+      idx[k] = 0;
+    }
+    if (done) break;
+  }
+}
+
+// Writes the array at `dir` (created; must not exist): .zarray, then one file per chunk.
+// src is C order; m must have chunks spanning every dimension but the first (meta_for).
+inline void write_array(const fs::path& dir, const ArrayMeta& m, std::span<const std::byte> src) {
+  fs::create_directory(dir);
+  const std::string zarray = zarray_json(m).dump(4);
+  io::write_file_synced(dir / ".zarray", std::as_bytes(std::span(zarray)));
+  if (m.shape.empty()) {
+    const auto out = io::compress(m.compressor, m.level, src);
+    io::write_file_synced(dir / "0", out);
+    return;
+  }
+  if (element_count(m.shape) == 0) return;
+  const std::uint64_t chunk = m.chunk_bytes();
+  const std::uint64_t n = static_cast<std::uint64_t>((m.shape[0] + m.chunks[0] - 1) / m.chunks[0]);
+  std::vector<std::byte> edge;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t off = i * chunk;
+    std::span<const std::byte> part = src.subspan(off, std::min<std::uint64_t>(chunk, src.size() - off));
+    if (part.size() < chunk) {  // edge chunks are stored full size, padded with the fill value (0)
+      edge.assign(part.begin(), part.end());
+      edge.resize(chunk);
+      part = edge;
+    }
+    std::vector<std::int64_t> idx(m.shape.size(), 0);
+    idx[0] = static_cast<std::int64_t>(i);
+    const fs::path file = dir / chunk_key(idx, m.separator);
+    if (m.compressor == io::codec::none) io::write_file_synced(file, part);
+    else io::write_file_synced(file, io::compress(m.compressor, m.level, part));
+  }
+}
+
+// Opens an array directory: parses .zarray (or uses `given`) and checks it is plausible.
+inline ArrayMeta open_array(const fs::path& dir, const std::string& checkpoint, const std::string& path) {
+  auto fail = [&](const std::string& w) { throw CorruptCheckpointError(checkpoint, path, w); };
+  ArrayMeta m = parse_zarray(read_json_file(dir / ".zarray", checkpoint, path), fail);
+  if (const auto bad = check_plausible(dir, m); !bad.empty()) fail(bad);
+  return m;
+}
+
+}  // namespace ckpt::zarr
