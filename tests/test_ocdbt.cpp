@@ -136,4 +136,287 @@ TEST_CASE("the OCDBT reader agrees with the independent decoder on every fixture
   CHECK(python(code, fixtures) == mine);
 }
 
+
+// Runs the independent decoder on an OCDBT database; returns its JSON summary.
+nlohmann::json oracle_json(const fs::path& db, bool orbax = true) {
+  const std::string out = python("import runpy, sys\nsys.argv = ['oracle', sys.argv[1]" + std::string(orbax ? ", '--orbax'" : "") +
+                                     ", '--json']\nrunpy.run_path('" + oracle.string() + "', run_name='__main__')\n",
+                                 db);
+  return nlohmann::json::parse(out);
+}
+
+struct Layer {
+  std::vector<float> kernel;
+  std::vector<float> bias;
+};
+struct State {
+  std::int64_t step = 0;
+  Layer dense;
+  std::vector<std::int32_t> small;
+  std::vector<double> big;
+  std::string note = "hello";
+  std::vector<std::uint8_t> empty;
+};
+
+State make_state() {
+  State s;
+  s.step = 42;
+  for (int i = 0; i < 3000; ++i) s.dense.kernel.push_back(static_cast<float>(i) * 0.5f - 7.f);
+  s.dense.bias = {1.f, 2.f, 3.f};
+  s.small = {5, 6, 7};
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 200000; ++i) s.big.push_back(static_cast<double>(rng() % 1000000) / 7.0);
+  return s;
+}
+
+TEST_CASE("ckpt::save<ckpt::orbax> writes OCDBT + zarr v2 as Orbax 0.11 does; the independent decoder reads every array") {
+  test::TempDir tmp;
+  const State s = make_state();
+  ckpt::save<ckpt::orbax>(tmp / "o", s);
+  const fs::path item = tmp / "o/default";
+  CHECK(fs::exists(item / "manifest.ocdbt"));
+  CHECK(!fs::exists(item / "big"));  // no zarr directories: the arrays are in the database
+  const auto meta = nlohmann::json::parse(test::read_bytes(item / "_METADATA"));
+  CHECK(meta["use_ocdbt"] == true);
+  CHECK(meta["use_zarr3"] == false);
+  CHECK(meta["tree_metadata"]["('dense', 'kernel')"]["value_metadata"]["write_shape"] == nlohmann::json::array({3000}));
+  const auto cm = nlohmann::json::parse(test::read_bytes(tmp / "o/_CHECKPOINT_METADATA"));
+  CHECK(cm.contains("custom_metadata"));
+
+  const auto o = oracle_json(item);
+  // the manifest mimics Orbax's config field by field
+  CHECK(o["manifest"]["config"]["manifest_kind"] == 0);
+  CHECK(o["manifest"]["config"]["max_inline_value_bytes"] == 1024);
+  CHECK(o["manifest"]["config"]["max_decoded_node_bytes"] == 100000000);
+  CHECK(o["manifest"]["config"]["version_tree_arity_log2"] == 4);
+  CHECK(o["manifest"]["config"]["compression"] == "zstd");
+  CHECK(o["manifest"]["header"]["compression"] == 1);
+  CHECK(o["versions"].size() == 1);
+  // large chunks are out of line, read with exact ranges; small ones inline
+  CHECK(o["keys"]["big/0"]["stored"].get<std::string>().rfind("indirect:d/", 0) == 0);
+  CHECK(o["keys"]["small/0"]["stored"] == "inline");
+  CHECK(o["keys"]["dense.bias/.zarray"]["stored"] == "inline");
+  const auto& arrays = o["arrays"];
+  CHECK(arrays["step"]["values"] == nlohmann::json::array({42}));
+  CHECK(arrays["small"]["values"] == nlohmann::json::array({5, 6, 7}));
+  CHECK(arrays["dense.bias"]["values"] == nlohmann::json::array({1.0, 2.0, 3.0}));
+  CHECK(arrays["dense.kernel"]["shape"] == nlohmann::json::array({3000}));
+  double kernel_sum = 0, big_sum = 0;
+  for (float x : s.dense.kernel) kernel_sum += x;
+  for (double x : s.big) big_sum += x;
+  CHECK(arrays["dense.kernel"]["sum"].get<double>() == doctest::Approx(kernel_sum));
+  CHECK(arrays["big"]["sum"].get<double>() == doctest::Approx(big_sum));
+  CHECK(arrays["big"]["dtype"] == "float64");
+  CHECK(arrays["empty"]["shape"] == nlohmann::json::array({0}));
+  CHECK(arrays["big"]["meta"]["compressor"]["id"] == "zstd");
+  CHECK(arrays["big"]["meta"]["fill_value"].is_null());
+
+  // and ckpt reads it back bit-exact; native -> orbax(OCDBT) -> native is the identity
+  const auto back = ckpt::restore<State>(tmp / "o");
+  CHECK(back.step == s.step);
+  CHECK(back.dense.kernel == s.dense.kernel);
+  CHECK(back.dense.bias == s.dense.bias);
+  CHECK(back.big == s.big);
+  CHECK(back.note == s.note);
+  CHECK(back.empty.empty());
+  ckpt::save(tmp / "n1", s);
+  ckpt::save(tmp / "n2", back);
+  for (const char* leaf : {"big", "dense.kernel", "step", "note"}) {
+    CAPTURE(leaf);
+    CHECK(ckpt::restore_tree(tmp / "n1").leaf(leaf).bytes() == ckpt::restore_tree(tmp / "n2").leaf(leaf).bytes());
+  }
+  // the non-OCDBT layout on request
+  ckpt::save<ckpt::orbax_without_ocdbt>(tmp / "plain", s);
+  CHECK(fs::exists(tmp / "plain/default/big/.zarray"));
+  CHECK(!fs::exists(tmp / "plain/default/manifest.ocdbt"));
+  CHECK(ckpt::restore<State>(tmp / "plain").big == s.big);
+  // blosc inside OCDBT: the decoder (numcodecs) reads it too
+  ckpt::save<ckpt::basic_orbax<ckpt::io::codec::blosc, 5>>(tmp / "ob", s);
+  CHECK(oracle_json(tmp / "ob/default")["arrays"]["big"]["sum"].get<double>() == doctest::Approx(big_sum));
+  CHECK(ckpt::restore<State>(tmp / "ob").big == s.big);
+}
+
+TEST_CASE("OCDBT beyond the fixtures: many keys over several B+tree levels, out-of-line values, several generations") {
+  test::TempDir tmp;
+  const fs::path db = tmp / "db";
+  std::map<std::string, std::string> expect;
+  {
+    ckpt::ocdbt::WriterOptions opt;
+    opt.target_node_bytes = 600;  // small nodes: three levels for 5000 keys
+    opt.max_inline_value_bytes = 64;
+    ckpt::ocdbt::Writer w(db, opt);
+    for (int i = 0; i < 5000; ++i) {
+      const std::string k = "param_" + std::to_string(i * 7919 % 5000) + (i % 3 ? "/0" : "/.zarray");
+      std::string v(static_cast<std::size_t>(i % 150), static_cast<char>('a' + i % 26));
+      w.put(k, std::as_bytes(std::span(v)));
+      expect[k] = v;
+    }
+    w.commit();
+  }
+  auto d = ckpt::ocdbt::Database::open(db, db.string());
+  CHECK(d->latest().root_height >= 2);
+  CHECK(d->values().size() == 5000);
+  std::size_t indirect = 0;
+  for (const auto& [k, v] : d->values()) {
+    indirect += v.file != SIZE_MAX;
+    std::string got(static_cast<std::size_t>(*d->size(k)), '\0');
+    d->read(k, 0, std::as_writable_bytes(std::span(got)));
+    REQUIRE(got == expect[k]);
+  }
+  CHECK(indirect > 1000);
+  // a prefix listing
+  std::vector<std::string> under;
+  for (const auto& [k, v] : expect)
+    if (k.rfind("param_12/", 0) == 0) under.push_back(k);
+  CHECK(under.size() == 1);
+  CHECK(d->list("param_12/", 10) == under);
+  // the independent decoder walks the same tree
+  auto o = oracle_json(db, false);
+  CHECK(o["keys"].size() == 5000);
+  int interior = 0;
+  for (const auto& n : o["btree_nodes"]) interior += n[0].get<int>() > 0;
+  CHECK(interior >= 3);
+  for (const auto& [k, v] : expect) REQUIRE(o["keys"][k]["len"] == v.size());
+
+  // a second and third generation: the latest wins, older roots stay in the manifest
+  for (int g = 2; g <= 3; ++g) {
+    ckpt::ocdbt::Writer w(db);
+    const std::string v = "generation " + std::to_string(g);
+    w.put("only", std::as_bytes(std::span(v)));
+    w.commit();
+  }
+  d = ckpt::ocdbt::Database::open(db, db.string());
+  CHECK(d->versions().size() == 3);
+  CHECK(d->latest().generation == 3);
+  REQUIRE(d->values().size() == 1);
+  CHECK(d->values().begin()->second.bytes == "generation 3");
+  o = oracle_json(db, false);
+  CHECK(o["versions"].size() == 3);
+  CHECK(o["keys"].size() == 1);
+  CHECK(o["keys"]["only"]["len"] == 12);
+}
+
+// Rewrites `file` (an OCDBT manifest or node) with a new body, valid envelope and CRC.
+void rewrite(const fs::path& file, const std::vector<std::byte>& body, std::uint32_t magic) {
+  const auto enc = ckpt::ocdbt::encode_envelope(body, magic, false, 0);
+  fs::remove(file);
+  ckpt::io::write_file_synced(file, enc);
+}
+
+std::vector<std::byte> manifest_prefix(std::uint64_t max_decoded = 1 << 20) {
+  std::vector<std::byte> b(16, std::byte{1});
+  b.push_back(std::byte{0});
+  ckpt::ocdbt::put_varint(b, 1024);
+  ckpt::ocdbt::put_varint(b, max_decoded);
+  b.push_back(std::byte{4});
+  ckpt::ocdbt::put_varint(b, 0);
+  return b;
+}
+
+TEST_CASE("hostile OCDBT databases: bad CRCs, magic, lengths, counts, offsets, heights, cycles and zstd bombs are errors") {
+  test::TempDir tmp;
+  struct S { std::vector<float> a; std::vector<float> b; };
+  S s;
+  s.a.assign(2000, 1.5f);
+  s.b = {1, 2};
+  auto fresh = [&](const std::string& n) {
+    ckpt::save<ckpt::orbax>(tmp / n, s);
+    return tmp / n / "default";
+  };
+  auto err = [&](const fs::path& p, const std::string& what) {
+    const std::string e = error_of(p.parent_path());
+    CAPTURE(e);
+    CHECK(e.find(what) != std::string::npos);
+  };
+  {  // one flipped bit in the manifest
+    const auto item = fresh("crc");
+    auto m = test::read_bytes(item / "manifest.ocdbt");
+    m[m.size() / 2] ^= 1;
+    fs::remove(item / "manifest.ocdbt");
+    test::write_bytes(item / "manifest.ocdbt", m);
+    err(item, "crc32c mismatch");
+  }
+  {  // truncated, and wrong magic
+    const auto item = fresh("trunc");
+    auto m = test::read_bytes(item / "manifest.ocdbt");
+    m.resize(10);
+    fs::remove(item / "manifest.ocdbt");
+    test::write_bytes(item / "manifest.ocdbt", m);
+    err(item, "too short");
+    std::vector<char> junk(100, 'x');
+    fs::remove(item / "manifest.ocdbt");
+    test::write_bytes(item / "manifest.ocdbt", junk);
+    err(item, "magic");
+  }
+  {  // counts far beyond the bytes there
+    const auto item = fresh("count");
+    auto b = manifest_prefix();
+    ckpt::ocdbt::put_varint(b, 1ull << 40);  // data files
+    rewrite(item / "manifest.ocdbt", b, ckpt::ocdbt::manifest_magic);
+    err(item, "data file count");
+    b = manifest_prefix();
+    ckpt::ocdbt::put_varint(b, 0);
+    ckpt::ocdbt::put_varint(b, 1ull << 62);  // versions
+    rewrite(item / "manifest.ocdbt", b, ckpt::ocdbt::manifest_magic);
+    err(item, "version count");
+  }
+  {  // a data file path that leaves the database
+    const auto item = fresh("escape");
+    auto b = manifest_prefix();
+    ckpt::ocdbt::write_data_file_table(b, {"../../../etc/passwd"});
+    rewrite(item / "manifest.ocdbt", b, ckpt::ocdbt::manifest_magic);
+    err(item, "leaves the database");
+  }
+  // a root reference past the end of its file, a height mismatch, a node referring to itself
+  auto with_root = [&](const fs::path& item, const std::string& file, std::uint64_t off, std::uint64_t len, int height) {
+    auto b = manifest_prefix();
+    ckpt::ocdbt::write_data_file_table(b, {file});
+    ckpt::ocdbt::put_varint(b, 1);
+    ckpt::ocdbt::put_varint(b, 1);
+    b.push_back(static_cast<std::byte>(height));
+    for (std::uint64_t x : {std::uint64_t{0}, off, len, std::uint64_t{1}, len, std::uint64_t{0}}) ckpt::ocdbt::put_varint(b, x);
+    ckpt::ocdbt::put_le(b, 0, 8);
+    ckpt::ocdbt::put_varint(b, 0);
+    rewrite(item / "manifest.ocdbt", b, ckpt::ocdbt::manifest_magic);
+  };
+  {
+    const auto item = fresh("past");
+    std::string data;
+    for (auto& e : fs::directory_iterator(item / "d")) data = "d/" + e.path().filename().string();
+    with_root(item, data, 1ull << 50, 100, 0);
+    err(item, "past the end");
+  }
+  {
+    const auto item = fresh("cycle");
+    fs::create_directories(item / "d");
+    // an interior node (height 1) whose only child is itself
+    std::vector<std::byte> node{std::byte{1}};
+    ckpt::ocdbt::write_data_file_table(node, {"d/self"});
+    ckpt::ocdbt::put_varint(node, 1);
+    ckpt::ocdbt::put_varint(node, 1);  // key suffix length
+    ckpt::ocdbt::put_varint(node, 0);  // subtree common prefix
+    node.push_back(std::byte{'k'});
+    std::vector<std::byte> enc;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::vector<std::byte> n2 = node;
+      for (std::uint64_t x : {std::uint64_t{0}, std::uint64_t{0}, static_cast<std::uint64_t>(enc.size()), std::uint64_t{1}, std::uint64_t{1}, std::uint64_t{0}})
+        ckpt::ocdbt::put_varint(n2, x);
+      enc = ckpt::ocdbt::encode_envelope(n2, ckpt::ocdbt::btree_magic, false, 0);
+    }
+    ckpt::io::write_file_synced(item / "d/self", enc);
+    with_root(item, "d/self", 0, enc.size(), 1);
+    err(item, "height 1 where 0 was expected");
+    with_root(item, "d/self", 0, enc.size(), 0);
+    err(item, "height 1 where 0 was expected");
+  }
+  {  // a node whose zstd body would decompress to 300 MB
+    const auto item = fresh("bomb");
+    std::vector<std::byte> zeros(300u << 20);
+    const auto enc = ckpt::ocdbt::encode_envelope(zeros, ckpt::ocdbt::btree_magic, true, 1);
+    ckpt::io::write_file_synced(item / "d/bomb", enc);
+    with_root(item, "d/bomb", 0, enc.size(), 0);
+    err(item, "decompresses to more than");
+  }
+}
+
 }  // namespace ocdbt_test

@@ -23,6 +23,7 @@
 #include <deque>
 
 #include <ckpt/format/ocdbt/database.hpp>
+#include <ckpt/format/ocdbt/writer.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/t5x.hpp>
 #include <ckpt/format/zarr/kv_chunks.hpp>
@@ -304,17 +305,65 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
 }
 }  // namespace orbax_detail
 
-template <io::codec C = io::codec::zstd, int Level = 1>
+// How an Orbax item stores its arrays: in one OCDBT database (`use_ocdbt=True`,
+// Orbax's default since 0.5) or one zarr directory per array (`use_ocdbt=False`).
+enum class orbax_layout { ocdbt, directories };
+
+namespace orbax_detail {
+// Orbax's zarr v2 metadata inside OCDBT: compact JSON, fill_value null, "." separator.
+inline std::string zarray_text(const zarr::ArrayMeta& m) {
+  json j = zarr::zarray_json(m);
+  j["fill_value"] = nullptr;
+  j["dimension_separator"] = ".";
+  return j.dump();
+}
+
+// Puts array `name` into the database: `.zarray`, then its chunks (along the first
+// dimension, as meta_for cuts them), each compressed on its own.
+inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::ArrayMeta& m, std::span<const std::byte> src) {
+  const std::string zarray = zarray_text(m);
+  w.put(name + "/.zarray", std::as_bytes(std::span(zarray)));
+  io::blosc_params bp = m.blosc;
+  bp.typesize = dtype_size(m.type);
+  if (m.shape.empty()) {
+    w.put(name + "/0", io::compress(m.compressor, m.level, src, bp));
+    return;
+  }
+  if (element_count(m.shape) == 0) return;
+  const std::uint64_t chunk = m.chunk_bytes();
+  const auto n = static_cast<std::uint64_t>((m.shape[0] + m.chunks[0] - 1) / m.chunks[0]);
+  std::vector<std::byte> edge;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t off = i * chunk;
+    std::span<const std::byte> part = src.subspan(off, std::min<std::uint64_t>(chunk, src.size() - off));
+    if (part.size() < chunk) {  // edge chunks are stored full size, padded with zeros
+      edge.assign(part.begin(), part.end());
+      edge.resize(chunk);
+      part = edge;
+    }
+    std::vector<std::int64_t> idx(m.shape.size(), 0);
+    idx[0] = static_cast<std::int64_t>(i);
+    const std::string key = name + "/" + zarr::chunk_key(idx, '.');
+    if (m.compressor == io::codec::none) w.put(key, part);
+    else w.put(key, io::compress(m.compressor, m.level, part, bp));
+  }
+}
+}  // namespace orbax_detail
+
+template <io::codec C = io::codec::zstd, int Level = 1, orbax_layout Layout = orbax_layout::ocdbt>
 struct basic_orbax {
   static constexpr const char* name = "orbax";
 
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
     namespace od = orbax_detail;
+    constexpr bool use_ocdbt = Layout == orbax_layout::ocdbt;
     const std::string ckpt = dir.string();
     const auto item = dir / od::default_item;
     std::filesystem::create_directory(item);
     zarr::json tree = zarr::json::object(), strings = zarr::json::object();
     std::set<std::string> names;
+    std::optional<ocdbt::Writer> db;
+    if constexpr (use_ocdbt) db.emplace(item);
     for (const auto& l : s.leaves) {
       std::string name;
       zarr::json keys = zarr::json::array();
@@ -325,22 +374,32 @@ struct basic_orbax {
       if (l.path.empty()) throw Error(ckpt, "", "a single-leaf value cannot be an Orbax tree; wrap it in a struct");
       if (!names.insert(name).second) throw Error(ckpt, l.path.str(), "two leaves map to the same Orbax name " + name);
       std::string type;
+      zarr::json value_meta;
       if (l.data.type == dtype::string) {
         type = "string";
         strings[name] = std::string(reinterpret_cast<const char*>(l.data.view.data()), l.data.view.size());
       } else if (l.data.type == dtype::none) {
         type = "None";
       } else {
-        if (!zarr::safe_name(name) || name[0] == '_' || name[0] == '.')
+        if (!zarr::safe_name(name) || name[0] == '_' || name[0] == '.' || name.rfind("ocdbt.process_", 0) == 0 || name == "d")
           throw Error(ckpt, l.path.str(), "path cannot name an Orbax array directory");
         type = l.data.shape.empty() ? "scalar" : "np.ndarray";
-        zarr::write_array(item / name, zarr::meta_for(l.data.type, l.data.shape, C, Level), l.data.view);
+        const auto meta = zarr::meta_for(l.data.type, l.data.shape, C, Level);
+        if constexpr (use_ocdbt) od::put_array(*db, name, meta, l.data.view);
+        else zarr::write_array(item / name, meta, l.data.view);
+        value_meta["write_shape"] = l.data.shape;
       }
-      tree[od::tuple_repr(l.path.segments())] = {
-          {"key_metadata", keys}, {"value_metadata", {{"value_type", type}, {"skip_deserialize", type == "None"}}}};
+      value_meta["value_type"] = type;
+      value_meta["skip_deserialize"] = type == "None";
+      tree[od::tuple_repr(l.path.segments())] = {{"key_metadata", keys}, {"value_metadata", value_meta}};
     }
+    if (db) db->commit();
     if (!strings.empty()) od::write_json(item / od::strings_file, strings);
-    od::write_json(item / od::tree_metadata, {{"tree_metadata", tree}, {"use_zarr3", false}});
+    od::write_json(item / od::tree_metadata, {{"tree_metadata", tree},
+                                              {"use_ocdbt", use_ocdbt},
+                                              {"use_zarr3", false},
+                                              {"store_array_data_equal_to_fill_value", true},
+                                              {"custom_metadata", nullptr}});
     const auto t = od::now_ns();
     od::write_json(dir / od::checkpoint_metadata,
                    {{"item_handlers", {{od::default_item, "orbax.checkpoint._src.handlers.pytree_checkpoint_handler.PyTreeCheckpointHandler"}}},
@@ -348,7 +407,7 @@ struct basic_orbax {
                     {"performance_metrics", zarr::json::object()},
                     {"init_timestamp_nsecs", t},
                     {"commit_timestamp_nsecs", t},
-                    {"custom", zarr::json::object()}});
+                    {"custom_metadata", zarr::json::object()}});
     const std::string ok = "Checkpoint commit was successful to " + ckpt;
     io::write_file_synced(dir / od::commit_file, std::as_bytes(std::span(ok)));
   }
@@ -418,6 +477,8 @@ struct basic_orbax {
   }
 };
 using orbax = basic_orbax<>;
+// Orbax's older layout, `use_ocdbt=False`: one zarr directory per array.
+using orbax_without_ocdbt = basic_orbax<io::codec::zstd, 1, orbax_layout::directories>;
 inline const bool orbax_registered = register_format<orbax>(10);
 
 }  // namespace ckpt
