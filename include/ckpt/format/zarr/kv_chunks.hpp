@@ -170,22 +170,54 @@ struct KvArrayV2 {
 
   void read(std::span<std::byte> dst, const Fail& fail) const {
     const std::size_t es = dtype_size(meta.type);
-    fill_with(dst, meta.fill, es);
     const std::uint64_t cb = meta.chunk_bytes();
-    std::vector<std::byte> comp, raw(static_cast<std::size_t>(cb)), t;
+    // The fill value goes where a chunk is missing: prefill only when one is.
+    bool all_there = true;
+    for_each_chunk(meta.shape, meta.chunks, [&](const std::vector<std::int64_t>& idx) {
+      all_there = all_there && kv->size(key(chunk_key(idx, meta.separator))).has_value();
+    });
+    if (!all_there || element_count(meta.shape) == 0) fill_with(dst, meta.fill, es);
+    // Chunks cut along the first dimension only (what ckpt and Orbax write), C order,
+    // little-endian: a full chunk is one contiguous run of dst and decodes straight into it.
+    bool runs = !meta.fortran && !meta.big_endian && !meta.shape.empty();
+    for (std::size_t i = 1; i < meta.shape.size(); ++i) runs = runs && meta.chunks[i] == meta.shape[i];
+    std::unique_ptr<std::byte[]> comp_buf, raw_buf;
+    std::size_t comp_cap = 0;
+    std::vector<std::byte> t;
     for_each_chunk(meta.shape, meta.chunks, [&](const std::vector<std::int64_t>& idx) {
       const std::string k = key(chunk_key(idx, meta.separator));
       const auto size = kv->size(k);
       if (!size) return;
       const std::uint64_t max_comp = meta.compressor == io::codec::none ? cb : cb + cb / 8 + (1u << 20);
       if (*size > max_comp) fail("chunk " + k + " is " + std::to_string(*size) + " bytes, more than any encoding of its " + std::to_string(cb));
-      comp.resize(static_cast<std::size_t>(*size));
+      const std::uint64_t at = static_cast<std::uint64_t>(idx.empty() ? 0 : idx[0]) * cb;
+      const bool direct = runs && at + cb <= dst.size();
+      std::span<std::byte> raw;
+      if (direct) {
+        raw = dst.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(cb));
+      } else {
+        if (!raw_buf) raw_buf.reset(new std::byte[std::max<std::size_t>(static_cast<std::size_t>(cb), 1)]);
+        raw = {raw_buf.get(), static_cast<std::size_t>(cb)};
+      }
       try {
-        kv->read(k, 0, comp);
+        if (meta.compressor == io::codec::none) {
+          if (*size != cb) fail("chunk " + k + " holds " + std::to_string(*size) + " bytes, " + std::to_string(cb) + " expected");
+          kv->read(k, 0, raw);
+        } else {
+          if (*size > comp_cap) {
+            comp_cap = static_cast<std::size_t>(*size);
+            comp_buf.reset(new std::byte[comp_cap]);  // not zeroed: read overwrites it
+          }
+          const std::span<std::byte> comp(comp_buf.get(), static_cast<std::size_t>(*size));
+          kv->read(k, 0, comp);
+          if (const std::string bad = io::decompress(meta.compressor, comp, raw); !bad.empty()) fail("chunk " + k + ": " + bad);
+        }
+      } catch (const CorruptCheckpointError&) {
+        throw;
       } catch (const Error& e) {
         fail("chunk " + k + ": " + e.what());
       }
-      if (const std::string bad = io::decompress(meta.compressor, comp, raw); !bad.empty()) fail("chunk " + k + ": " + bad);
+      if (direct) return;
       if (meta.big_endian) detail::byteswap(raw, es, meta.type);
       std::span<const std::byte> c = raw;
       if (meta.fortran && meta.shape.size() > 1) {
