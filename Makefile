@@ -24,10 +24,10 @@ MESON_BUILD_DIR ?= build-meson
 , := ,
 
 # configure (always: cheap, and picks up new options) then build
-# $(1) build dir, $(2) extra cmake flags
+# $(1) build dir, $(2) extra cmake flags, $(3) targets (default: all)
 define cmake_build
 	cmake -S . -B $(1) -G $(GENERATOR) $(2) $(CMAKE_FLAGS)
-	cmake --build $(1) -j $(JOBS)
+	cmake --build $(1) -j $(JOBS) $(if $(3),--target $(3))
 endef
 
 # $(1) build dir
@@ -49,8 +49,10 @@ build: deps
 test: build
 	$(call ctest_run,$(BUILD_DIR))
 
+# The demo builds only what it runs: not the tests, benchmarks or tools.
 DEMO_DIR := $(BUILD_DIR)/demo-run
-demo: build
+demo: deps
+	$(call cmake_build,$(BUILD_DIR),,train_and_resume)
 	rm -rf $(DEMO_DIR)
 	@echo "=== first run: starts from scratch ==="
 	$(BUILD_DIR)/examples/train_and_resume $(DEMO_DIR)

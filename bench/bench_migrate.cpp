@@ -16,6 +16,9 @@
 #include <vector>
 
 #include <ckpt/ckpt.hpp>
+#include <ckpt/migrate.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
 
 namespace fs = std::filesystem;
 using clk = std::chrono::steady_clock;

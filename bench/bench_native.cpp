@@ -34,6 +34,8 @@
 #include <vector>
 
 #include <ckpt/ckpt.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
 
 namespace fs = std::filesystem;
 using clk = std::chrono::steady_clock;

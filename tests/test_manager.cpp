@@ -150,7 +150,7 @@ TEST_CASE("retain: should_save follows the interval, save_on_steps and preemptio
 // ---------------------------------------------------------------- names and listing
 
 TEST_CASE("manager: step names with step_prefix and step_format_fixed_length") {
-  const ckpt::manager_detail::StepNaming plain{}, prefixed{"checkpoint_", 0}, fixed{"", 6}, both{"ckpt_", 8};
+  const ckpt::StepNaming plain{}, prefixed{"checkpoint_", 0}, fixed{"", 6}, both{"ckpt_", 8};
   CHECK(plain.name(42) == "42");
   CHECK(prefixed.name(42) == "checkpoint_42");
   CHECK(fixed.name(42) == "000042");

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <ckpt/detail/compile_mode.hpp>
+
 namespace ckpt {
 
 class Error : public std::runtime_error {
@@ -26,12 +28,7 @@ class Error : public std::runtime_error {
   const std::string& path() const noexcept { return path_; }
 
  private:
-  static std::string compose(const std::string& checkpoint, const std::string& path,
-                             const std::string& what) {
-    std::string m = checkpoint.empty() ? std::string("<no checkpoint>") : checkpoint;
-    if (!path.empty()) m += ": " + path;
-    return m + ": " + what;
-  }
+  static std::string compose(const std::string& checkpoint, const std::string& path, const std::string& what);
   std::string checkpoint_, path_;
 };
 
@@ -39,18 +36,12 @@ class Error : public std::runtime_error {
 class MissingLeafError : public Error {
  public:
   MissingLeafError(std::string checkpoint, std::vector<std::string> missing)
-      : Error(std::move(checkpoint), join(missing),
-              missing.size() == 1 ? "leaf missing from the checkpoint"
-                                  : std::to_string(missing.size()) + " leaves missing from the checkpoint"),
-        missing_(std::move(missing)) {}
+      : Error(std::move(checkpoint), join(missing), summary(missing)), missing_(std::move(missing)) {}
   const std::vector<std::string>& missing_paths() const noexcept { return missing_; }
 
  private:
-  static std::string join(const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& p : v) s += (s.empty() ? "" : ", ") + (p.empty() ? std::string("<root>") : p);
-    return s;
-  }
+  static std::string join(const std::vector<std::string>& v);
+  static std::string summary(const std::vector<std::string>& v);
   std::vector<std::string> missing_;
 };
 
@@ -70,5 +61,22 @@ class CorruptCheckpointError : public Error {
  public:
   using Error::Error;
 };
+
+#if CKPT_DEFINE_API
+CKPT_API std::string Error::compose(const std::string& checkpoint, const std::string& path, const std::string& what) {
+  std::string m = checkpoint.empty() ? std::string("<no checkpoint>") : checkpoint;
+  if (!path.empty()) m += ": " + path;
+  return m + ": " + what;
+}
+CKPT_API std::string MissingLeafError::join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& p : v) s += (s.empty() ? "" : ", ") + (p.empty() ? std::string("<root>") : p);
+  return s;
+}
+CKPT_API std::string MissingLeafError::summary(const std::vector<std::string>& v) {
+  return v.size() == 1 ? "leaf missing from the checkpoint"
+                       : std::to_string(v.size()) + " leaves missing from the checkpoint";
+}
+#endif
 
 }  // namespace ckpt

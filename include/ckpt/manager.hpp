@@ -565,7 +565,7 @@ class CheckpointManager {
 
   std::filesystem::path root_;
   ManagerOptions options_;
-  manager_detail::StepNaming naming_;
+  StepNaming naming_;
   std::optional<manager_detail::RootLock> lock_;
   std::optional<manager_detail::PreemptionWatch> preemption_;
   mutable std::mutex mu_;

@@ -35,28 +35,6 @@ inline void write_msgpack(const Snapshot& snap, const fs::path& file, const std:
   w.write_to(file);
 }
 
-// Writes a file next to `file`, then renames it over (force) or onto a free name.
-template <class Write>
-void commit_file(const fs::path& file, bool force, Write&& write) {
-  std::error_code ec;
-  const fs::path parent = file.parent_path().empty() ? fs::path(".") : file.parent_path();
-  fs::create_directories(parent, ec);
-  if (fs::is_directory(file, ec)) throw Error(file.string(), "", "a directory is in the way of the checkpoint file");
-  const fs::path tmp = parent / (std::string(io::staging_prefix) + file.filename().string() + "-" + io::detail::random_suffix());
-  try {
-    write(tmp);
-    const unsigned noreplace = 1;  // RENAME_NOREPLACE
-    if (force ? ::rename(tmp.c_str(), file.c_str()) != 0 : io::detail::rename_with_flags(tmp, file, noreplace) != 0) {
-      if (errno == EEXIST) throw Error(file.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
-      io::throw_errno("cannot rename the checkpoint into place", file);
-    }
-  } catch (...) {
-    fs::remove(tmp, ec);
-    throw;
-  }
-  io::sync_dir(parent);
-}
-
 inline bool looks_like_msgpack_map(const fs::path& file) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec)) return false;
@@ -112,7 +90,7 @@ struct flax_msgpack {
   }
   // save<flax_msgpack>(path, state): path is the file itself.
   static void save_file(const std::filesystem::path& file, const Snapshot& s, const SaveOptions& o) {
-    flax_detail::commit_file(file, o.force, [&](const std::filesystem::path& tmp) {
+    io::publish_file(file, o.force, [&](const std::filesystem::path& tmp) {
       flax_detail::write_msgpack(s, tmp, file.string());
     });
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <ckpt/exec/parallel_reads.hpp>
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/tree/node.hpp>
 #include <ckpt/tree/path.hpp>
@@ -36,6 +37,9 @@ class IndexLeafSource final : public LeafSource {
  public:
   IndexLeafSource(std::shared_ptr<const Index> index, const IndexEntry& e, const ReadSettings& settings)
       : index_(std::move(index)), e_(e), settings_(settings) {}
+  // Out of line: in separate compilation, the class's vtable and virtual functions are
+  // then compiled once, in the library's unit, not in every unit that restores.
+  ~IndexLeafSource() override;
   dtype type() const override { return e_.type; }
   const Shape& shape() const override { return e_.shape; }
   std::uint64_t byte_length() const override { return e_.length; }
@@ -60,6 +64,10 @@ class IndexLeafSource final : public LeafSource {
   const IndexEntry& e_;
   ReadSettings settings_;
 };
+
+#if CKPT_DEFINE_API
+CKPT_API IndexLeafSource::~IndexLeafSource() = default;
+#endif
 
 struct FillContext {
   std::shared_ptr<const Index> index_ptr;

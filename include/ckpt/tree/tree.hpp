@@ -14,7 +14,6 @@
 #include <vector>
 
 #include <ckpt/index.hpp>
-#include <ckpt/io/checksum.hpp>
 #include <ckpt/tree/fill.hpp>
 
 namespace ckpt {
