@@ -6,14 +6,15 @@
 #include "support.hpp"
 
 #include <nlohmann/json.hpp>
+#include <sys/wait.h>
 
 namespace ocdbt_test {
 
 namespace fs = std::filesystem;
 using test::python;
 
-const fs::path fixtures = fs::path(CKPT_SOURCE_DIR) / "tests/data/orbax/ocdbt_compat_202603/checkpoints";
-const fs::path oracle = fs::path(CKPT_SOURCE_DIR) / "tests/data/orbax/ocdbt_compat_202603/oracle_ocdbt.py";
+const fs::path fixtures = fs::path(CKPT_FIXTURES_DIR) / "orbax/ocdbt_compat_202603/checkpoints";
+const fs::path oracle = fs::path(CKPT_FIXTURES_DIR) / "orbax/ocdbt_compat_202603/oracle_ocdbt.py";
 
 void expect_ab(const ckpt::Tree& t, const std::string& prefix = "") {
   CHECK(t.leaf(prefix + "a").as<std::vector<std::int32_t>>() == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
@@ -417,6 +418,90 @@ TEST_CASE("hostile OCDBT databases: bad CRCs, magic, lengths, counts, offsets, h
     with_root(item, "d/bomb", 0, enc.size(), 0);
     err(item, "decompresses to more than");
   }
+}
+
+
+TEST_CASE("Orbax 0.5 aggregated arrays: _METADATA marks them skip_deserialize and the msgpack checkpoint file holds them") {
+  test::TempDir tmp;
+  // what Orbax 0.5 wrote for a tree whose `a` was aggregated and `b` stored as zarr
+  python(R"PY(
+import sys, os, json, msgpack, numpy as np, zarr
+item = sys.argv[1] + "/step/default"
+os.makedirs(item)
+def ext(a):
+    return msgpack.ExtType(1, msgpack.packb((list(a.shape), a.dtype.name, a.tobytes())))
+a = np.arange(6, dtype="<f4").reshape(2, 3)
+open(item + "/checkpoint", "wb").write(msgpack.packb({"a": ext(a), "b": "PLACEHOLDER://b", "n": 3}))
+z = zarr.open_array(item + "/b", mode="w", shape=(4,), chunks=(4,), dtype="<i8", compressor=None)
+z[...] = [9, 8, 7, 6]
+def entry(k, t, skip):
+    return {"key_metadata": [{"key": k, "key_type": 2}], "value_metadata": {"value_type": t, "skip_deserialize": skip}}
+json.dump({"tree_metadata": {"('a',)": entry("a", "np.ndarray", True), "('b',)": entry("b", "np.ndarray", False),
+           "('n',)": entry("n", "scalar", True)}, "use_zarr3": False}, open(item + "/_METADATA", "w"))
+json.dump({"item_handlers": {"default": "PyTreeCheckpointHandler"}, "metrics": {}}, open(sys.argv[1] + "/step/_CHECKPOINT_METADATA", "w"))
+)PY", tmp.path());
+  const auto t = ckpt::restore_tree(tmp / "step");
+  const auto a = t.leaf("a").as<xt::xtensor<float, 2>>();
+  CHECK(a.shape(0) == 2);
+  CHECK(a(1, 2) == 5.f);
+  CHECK(t.leaf("b").as<std::vector<std::int64_t>>() == std::vector<std::int64_t>{9, 8, 7, 6});
+  CHECK(t.leaf("n").as<std::int64_t>() == 3);
+}
+
+struct Run {
+  int rc;
+  std::string out, err;
+};
+Run cli(const std::string& args) {
+  test::TempDir tmp;
+  const std::string cmd = std::string(CKPT_CLI) + " " + args + " >" + (tmp / "out").string() + " 2>" + (tmp / "err").string();
+  const int st = std::system(cmd.c_str());
+  auto slurp = [](const fs::path& p) {
+    auto v = test::read_bytes(p);
+    return std::string(v.begin(), v.end());
+  };
+  return {WEXITSTATUS(st), slurp(tmp / "out"), slurp(tmp / "err")};
+}
+
+TEST_CASE("an Orbax CheckpointManager root: the manager and `ckpt ls` list its OCDBT steps with their metrics; `ckpt convert --to orbax` writes OCDBT") {
+  test::TempDir tmp;
+  const fs::path src = fixtures / "v0_checkpoints/direct_checkpoint/checkpoint_metadata_present/pytree_checkpointable_has_metadata";
+  for (int step : {100, 200}) {
+    const fs::path d = tmp / "root" / std::to_string(step);
+    fs::create_directories(d.parent_path());
+    fs::copy(src, d, fs::copy_options::recursive);
+    auto j = nlohmann::json::parse(test::read_bytes(d / "_CHECKPOINT_METADATA"));
+    j["metrics"] = {{"loss", step == 100 ? 0.5 : 0.25}};
+    const std::string text = j.dump();
+    fs::remove(d / "_CHECKPOINT_METADATA");
+    test::write_bytes(d / "_CHECKPOINT_METADATA", {text.begin(), text.end()});
+  }
+  struct B { std::vector<std::int32_t> c; };
+  struct AB { std::vector<std::int32_t> a; B b; };
+  ckpt::CheckpointManager<AB, ckpt::orbax> mgr(tmp / "root");
+  CHECK(mgr.all_steps() == std::vector<std::int64_t>{100, 200});
+  CHECK(mgr.metrics(200).at("loss") == 0.25);
+  CHECK(mgr.restore().b.c == std::vector<std::int32_t>{1, 2, 3});
+  if (!fs::exists(CKPT_CLI)) {
+    MESSAGE("the ckpt tool is not built (run `make`); CLI part skipped");
+    return;
+  }
+  auto r = cli("ls --json " + (tmp / "root").string());
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["steps"].size() == 2);
+  CHECK(j["steps"][0]["step"] == 100);
+  CHECK(j["steps"][0]["format"] == "orbax");
+  CHECK(j["steps"][1]["metrics"]["loss"] == 0.25);
+  r = cli("tree " + (tmp / "root/200").string());
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("b.c") != std::string::npos);
+  r = cli("convert " + (tmp / "root/100").string() + " " + (tmp / "conv").string() + " --to orbax");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(fs::exists(tmp / "conv/default/manifest.ocdbt"));
+  CHECK(oracle_json(tmp / "conv/default")["arrays"]["b.c"]["values"] == nlohmann::json::array({1, 2, 3}));
+  CHECK(cli("diff " + (tmp / "root/100").string() + " " + (tmp / "conv").string()).rc == 0);
 }
 
 }  // namespace ocdbt_test
