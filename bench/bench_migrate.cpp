@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <ckpt/ckpt.hpp>
+#include <ckpt/io/file.hpp>
 #include <ckpt/migrate.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <ckpt/ckpt.hpp>
+#include <ckpt/io/staging_dir.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 

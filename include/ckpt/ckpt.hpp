@@ -35,12 +35,12 @@
 #include <ckpt/tree/node.hpp>
 #include <ckpt/tree/walk.hpp>
 #include <ckpt/tree/schema.hpp>
-#include <ckpt/tree/fill.hpp>
-#include <ckpt/tree/tree.hpp>
 
 #include <ckpt/snapshot.hpp>
 #include <ckpt/snapshot_edit.hpp>
 #include <ckpt/index.hpp>
+#include <ckpt/restore/fill.hpp>
+#include <ckpt/restore/tree.hpp>
 #include <ckpt/format/format.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/native.hpp>

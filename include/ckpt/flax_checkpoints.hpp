@@ -57,7 +57,7 @@ fs::path save_checkpoint(const fs::path& dir, const T& state, std::int64_t step,
                                          ", the latest is step " + std::to_string(existing.back().first));
   }
   const Snapshot snap = take_snapshot(state);
-  io::publish_file(path, o.overwrite, [&](const fs::path& tmp) { flax_detail::write_msgpack(snap, tmp, path.string()); });
+  io::publish_file(path, o.overwrite, [&](const fs::path& tmp) { detail::flax::write_msgpack(snap, tmp, path.string()); });
   // retention: newer ones go when overwriting; then all but the newest `keep`
   existing = list_checkpoints(dir, o.prefix);
   if (o.overwrite)

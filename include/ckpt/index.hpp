@@ -98,6 +98,17 @@ class Index {
   std::shared_ptr<const void> keep_alive_;
 };
 
+// Where a restore's reads go when they may wait: a fill queues "read entry e into
+// dst" here and the caller runs them all afterwards (exec::ReadQueue, on several
+// threads). Declared beside Index so that restore/fill.hpp needs nothing from exec/.
+class DeferredReads {
+ public:
+  virtual void push(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) = 0;
+
+ protected:
+  ~DeferredReads() = default;
+};
+
 #if CKPT_DEFINE_API
 CKPT_API const IndexEntry* Index::find(const Path& p) const {
   auto it = by_path_.find(p.segments());

@@ -9,8 +9,8 @@
 #include <ckpt/format/native.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/options.hpp>
-#include <ckpt/tree/fill.hpp>
-#include <ckpt/tree/tree.hpp>
+#include <ckpt/restore/fill.hpp>
+#include <ckpt/restore/tree.hpp>
 
 namespace ckpt {
 

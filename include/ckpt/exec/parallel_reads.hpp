@@ -20,9 +20,9 @@
 
 namespace ckpt::exec {
 
-class ReadQueue {
+class ReadQueue final : public DeferredReads {
  public:
-  void push(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) {
+  void push(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) override {
     jobs_.push_back({&index, &e, dst, verify});
     bytes_ += dst.size();
   }

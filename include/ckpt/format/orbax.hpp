@@ -31,7 +31,7 @@
 
 namespace ckpt {
 
-namespace orbax_detail {
+namespace detail::orbax {
 namespace fs = std::filesystem;
 using zarr::json;
 
@@ -223,7 +223,7 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
     }
     // the older layout: msgpack `checkpoint` with PLACEHOLDER:// strings
     if (zarr::is_file(item / "checkpoint")) {
-      flax_detail::read_msgpack_into(b, item / "checkpoint", prefix, nullptr, t5x_detail::special(item));
+      detail::flax::read_msgpack_into(b, item / "checkpoint", prefix, nullptr, detail::t5x::special(item));
       return;
     }
     if (const char* f = json_item_file(item)) {
@@ -256,7 +256,7 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
       const std::string type = vm.is_object() && vm.contains("value_type") && vm["value_type"].is_string() ? vm["value_type"].get<std::string>() : "";
       const bool array = type == "jax.Array" || type == "np.ndarray" || type == "scalar";
       if (array && (!zarr::safe_name(name) || !zarr::is_file(item / name / ".zarray"))) {
-        flax_detail::read_msgpack_into(b, item / "checkpoint", prefix, nullptr, t5x_detail::special(item));
+        detail::flax::read_msgpack_into(b, item / "checkpoint", prefix, nullptr, detail::t5x::special(item));
         return;
       }
     }
@@ -287,7 +287,7 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
           throw CorruptCheckpointError(ckpt, where, "array " + name + " is missing from the OCDBT database (no " + name + "/.zarray or " + name + "/zarr.json key)");
         continue;
       }
-      if (!zarr::safe_name(name)) fail(where, "leaf name " + native_format::quote_for_message(name) + " leaves the item directory");
+      if (!zarr::safe_name(name)) fail(where, "leaf name " + quote_for_message(name) + " leaves the item directory");
       const fs::path adir = item / name;
       if (!zarr::is_file(adir / ".zarray")) throw CorruptCheckpointError(ckpt, where, "array " + name + "/.zarray is missing");
       b.add_zarr(p, adir, name, zarr::open_array(adir, ckpt, where));
@@ -299,17 +299,17 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
     } else if (type == "None" || type == "Dict" || type == "List" || type == "Tuple" || type == "NamedTuple") {
       b.add_none(p);
     } else {
-      fail(where, "value_type " + native_format::quote_for_message(type) + " is not supported");
+      fail(where, "value_type " + quote_for_message(type) + " is not supported");
     }
   }
 }
-}  // namespace orbax_detail
+}  // namespace detail::orbax
 
 // How an Orbax item stores its arrays: in one OCDBT database (`use_ocdbt=True`,
 // Orbax's default since 0.5) or one zarr directory per array (`use_ocdbt=False`).
 enum class orbax_layout { ocdbt, directories };
 
-namespace orbax_detail {
+namespace detail::orbax {
 // Orbax's zarr v2 metadata inside OCDBT: compact JSON, fill_value null, "." separator.
 inline std::string zarray_text(const zarr::ArrayMeta& m) {
   json j = zarr::zarray_json(m);
@@ -348,14 +348,14 @@ inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::Arr
     else w.put(key, io::compress(m.compressor, m.level, part, bp));
   }
 }
-}  // namespace orbax_detail
+}  // namespace detail::orbax
 
 template <io::codec C = io::codec::zstd, int Level = 1, orbax_layout Layout = orbax_layout::ocdbt>
 struct basic_orbax {
   static constexpr const char* name = "orbax";
 
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
-    namespace od = orbax_detail;
+    namespace od = detail::orbax;
     constexpr bool use_ocdbt = Layout == orbax_layout::ocdbt;
     const std::string ckpt = dir.string();
     const auto item = dir / od::default_item;
@@ -413,7 +413,7 @@ struct basic_orbax {
   }
 
   static bool detect(const std::filesystem::path& dir) {
-    namespace od = orbax_detail;
+    namespace od = detail::orbax;
     if (zarr::is_file(dir / od::checkpoint_metadata) || zarr::is_file(dir / od::tree_metadata) ||
         zarr::is_file(dir / "orbax.checkpoint") || od::is_ocdbt_item(dir))
       return true;
@@ -431,7 +431,7 @@ struct basic_orbax {
   static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
 
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
-    namespace od = orbax_detail;
+    namespace od = detail::orbax;
     const std::string ckpt = dir.string();
     interop::IndexBuilder b(ckpt);
     IndexInfo info;

@@ -19,7 +19,7 @@
 
 namespace ckpt {
 
-namespace zarr3_detail {
+namespace detail::zarr3 {
 namespace fs = std::filesystem;
 
 inline std::string node_type(const fs::path& dir, const std::string& ckpt, const std::string& path) {
@@ -58,7 +58,7 @@ inline void read_group(interop::IndexBuilder& b, const std::shared_ptr<const io:
     p = Path(std::vector<std::string>(p.segments().begin(), p.segments().end() - 1));
   }
 }
-}  // namespace zarr3_detail
+}  // namespace detail::zarr3
 
 struct zarr_v3 {
   static constexpr const char* name = "zarr3";
@@ -79,12 +79,12 @@ struct zarr_v3 {
     interop::IndexBuilder b(ckpt);
     auto kv = std::make_shared<io::DirectoryKv>(dir);
     Path p;
-    const std::string t = zarr3_detail::node_type(dir, ckpt, "");
+    const std::string t = detail::zarr3::node_type(dir, ckpt, "");
     if (t == "array") {
-      zarr3_detail::add_array(b, p, kv, "");
+      detail::zarr3::add_array(b, p, kv, "");
     } else if (t == "group") {
       std::size_t nodes = 0;
-      zarr3_detail::read_group(b, kv, dir, "", p, 0, nodes);
+      detail::zarr3::read_group(b, kv, dir, "", p, 0, nodes);
     } else {
       throw CorruptCheckpointError(ckpt, "", "zarr.json node_type is neither array nor group");
     }

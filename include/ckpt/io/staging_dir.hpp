@@ -27,7 +27,7 @@ namespace ckpt::io {
 
 inline constexpr std::string_view staging_prefix = ".tmp-";
 
-namespace detail {
+// A suffix that no other staging name of this or another process uses.
 inline std::string random_suffix() {
   static std::atomic<unsigned> counter{0};
   std::random_device rd;
@@ -42,7 +42,6 @@ inline std::string random_suffix() {
 inline int rename_with_flags(const fs::path& from, const fs::path& to, unsigned flags) {
   return static_cast<int>(::syscall(SYS_renameat2, AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), flags));
 }
-}  // namespace detail
 
 // Renames tmp (a file or a directory, already durable) to final. Without replace an
 // existing final is an Error; with it, final is swapped out atomically where the file
@@ -56,7 +55,7 @@ inline void rename_into_place(const fs::path& tmp, const fs::path& final_path, b
     std::error_code ec;
     if (!replaced.empty()) fs::remove_all(replaced, ec);  // best effort: a leftover .tmp- entry is harmless
   };
-  if (detail::rename_with_flags(tmp, final_path, RENAME_NOREPLACE) == 0) return finish();
+  if (rename_with_flags(tmp, final_path, RENAME_NOREPLACE) == 0) return finish();
   const int err = errno;
   const bool no_flags = err == EINVAL || err == ENOSYS;  // a file system without renameat2 flags
   std::error_code ec;
@@ -69,12 +68,12 @@ inline void rename_into_place(const fs::path& tmp, const fs::path& final_path, b
     throw_errno("cannot rename into place", final_path);
   }
   if (!replace) throw Error(final_path.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
-  if (detail::rename_with_flags(tmp, final_path, RENAME_EXCHANGE) == 0) {
+  if (rename_with_flags(tmp, final_path, RENAME_EXCHANGE) == 0) {
     replaced = tmp;  // tmp now holds the old one
     return finish();
   }
   // No atomic exchange: move the old checkpoint aside, then put the new one in place.
-  replaced = parent / (std::string(staging_prefix) + final_path.filename().string() + "-old-" + detail::random_suffix());
+  replaced = parent / (std::string(staging_prefix) + final_path.filename().string() + "-old-" + random_suffix());
   if (::rename(final_path.c_str(), replaced.c_str()) != 0) throw_errno("cannot move the old checkpoint aside", final_path);
   if (::rename(tmp.c_str(), final_path.c_str()) != 0) throw_errno("cannot rename into place", final_path);
   finish();
@@ -87,7 +86,7 @@ class StagingDir {
     std::error_code ec;
     fs::create_directories(parent(), ec);
     if (ec) throw Error(final_.string(), "", "cannot create parent directory: " + ec.message());
-    tmp_ = parent() / (std::string(staging_prefix) + final_.filename().string() + "-" + detail::random_suffix());
+    tmp_ = parent() / (std::string(staging_prefix) + final_.filename().string() + "-" + random_suffix());
     if (!fs::create_directory(tmp_, ec) || ec)
       throw Error(final_.string(), "", "cannot create staging directory " + tmp_.string() + ": " + ec.message());
   }
@@ -126,7 +125,7 @@ void publish_file(const fs::path& file, bool replace, Write&& write) {
   const fs::path parent = file.parent_path().empty() ? fs::path(".") : file.parent_path();
   fs::create_directories(parent, ec);
   if (fs::is_directory(file, ec)) throw Error(file.string(), "", "a directory is in the way of the checkpoint file");
-  const fs::path tmp = parent / (std::string(staging_prefix) + file.filename().string() + "-" + detail::random_suffix());
+  const fs::path tmp = parent / (std::string(staging_prefix) + file.filename().string() + "-" + random_suffix());
   try {
     write(tmp);
     rename_into_place(tmp, file, replace);

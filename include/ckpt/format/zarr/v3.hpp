@@ -66,13 +66,6 @@ inline std::string chunk_key(const Meta& m, const std::vector<std::int64_t>& idx
 }
 
 namespace detail {
-// A name from the file, shortened and with control characters escaped, for messages.
-inline std::string quoted(const std::string& s) {
-  std::string r = "\"";
-  for (char c : s.substr(0, 100)) r += (static_cast<unsigned char>(c) < 32 || c == '"') ? '?' : c;
-  return r + (s.size() > 100 ? "...\"" : "\"");
-}
-
 inline const json* config_of(const json& c) {
   auto it = c.find("configuration");
   return it == c.end() ? nullptr : &*it;
@@ -144,7 +137,7 @@ inline std::vector<Codec> parse_codecs(const json& list, dtype type, const Shape
       k.kind = name == "gzip" ? Codec::gzip : name == "zstd" ? Codec::zstd : name == "blosc" ? Codec::blosc : Codec::crc32c;
       if (k.kind != Codec::crc32c && ++compressors > 1) fail("zarr.json: more than one compressing codec is not supported");
     } else {
-      fail("zarr.json: codec " + quoted(name) + " is not supported");
+      fail("zarr.json: codec " + quote_for_message(name) + " is not supported");
     }
     out.push_back(std::move(k));
   }
@@ -200,7 +193,7 @@ inline Meta parse_meta(const json& j, const Fail& fail) {
   if (element_count(m.shape) < 0 || element_count(m.chunks) < 0) fail("zarr.json: shape or chunks overflow");
   if (!j.contains("data_type") || !j["data_type"].is_string()) fail("zarr.json: data_type is not a string (extension types are not supported)");
   const auto d = dtype_from_numpy_name(j["data_type"].get<std::string>());
-  if (!d) fail("zarr.json: data_type " + detail::quoted(j["data_type"].get<std::string>()) + " is not supported");
+  if (!d) fail("zarr.json: data_type " + quote_for_message(j["data_type"].get<std::string>()) + " is not supported");
   m.type = *d;
   const std::uint64_t es = dtype_size(m.type);
   if (static_cast<std::uint64_t>(element_count(m.shape)) > (std::uint64_t{1} << 62) / es ||

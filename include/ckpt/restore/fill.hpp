@@ -1,4 +1,4 @@
-// ckpt/tree/fill.hpp — fill a value from an Index (the restore direction of walk).
+// ckpt/restore/fill.hpp — fill a value from an Index (the restore direction of walk).
 //
 // The target's type drives the traversal: each leaf it has is looked up by path,
 // checked and read straight into it. Leaves the checkpoint has and the target lacks
@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/exec/parallel_reads.hpp>
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/tree/node.hpp>
@@ -28,7 +27,7 @@ struct ReadSettings {
   bool verify_checksums = true;
   std::optional<dtype> requested_dtype{};
   bool shape_only = false;  // allocate targets without reading (abstract restore)
-  exec::ReadQueue* queue = nullptr;  // where deferred reads go; null: read at once
+  DeferredReads* queue = nullptr;  // where deferred reads go (exec::ReadQueue); null: read at once
 };
 
 // One entry of an Index, seen by a leaf codec. It shares ownership of the Index so
