@@ -1,17 +1,21 @@
-// ckpt/format/orbax.hpp — ckpt::orbax: Orbax step directories (PyTreeCheckpointHandler,
-// without OCDBT).
+// ckpt/format/orbax.hpp — ckpt::orbax: Orbax step directories (PyTreeCheckpointHandler),
+// with OCDBT (Orbax's default, and what ckpt writes) or without.
 //
 //   <step>/_CHECKPOINT_METADATA   JSON: item_handlers, metrics, timestamps
 //   <step>/commit_success.txt     written last
 //   <step>/default/_METADATA      JSON: {"tree_metadata": {"('a', 'b')": {"key_metadata":
 //                                 [{"key": "a", "key_type": 2}, ...], "value_metadata":
 //                                 {"value_type": "np.ndarray", "skip_deserialize": false}}},
-//                                 "use_zarr3": false}
-//   <step>/default/a.b/           one zarr v2 array per numeric leaf (.zarray + chunks)
+//                                 "use_ocdbt": true, "use_zarr3": false}
+//   <step>/default/manifest.ocdbt, d/   OCDBT: keys a.b/.zarray, a.b/0 (zarr v2) or
+//                                 a.b/zarr.json, a.b/c/0 (zarr v3, Orbax's v1 API)
+//   <step>/default/a.b/           without OCDBT: one zarr v2 array directory per leaf
 //   <step>/default/_strings.json  string leaves, {"a.b": "text"} (Orbax's StringHandler)
 // Reading also accepts an item directory itself (what PyTreeCheckpointer.save(dir)
-// writes), several items (each becomes a top-level key), and the older layout whose
-// msgpack `checkpoint` holds PLACEHOLDER:// strings.
+// writes), several items (each becomes a top-level key; JSON items map onto the tree),
+// OCDBT items without _METADATA (paths from the key names), the per-process databases
+// when the root manifest is gone, and the older layout whose msgpack `checkpoint` holds
+// the tree (arrays inline or PLACEHOLDER:// strings).
 #pragma once
 
 #include <chrono>
