@@ -297,6 +297,42 @@ TEST_CASE("OCDBT beyond the fixtures: many keys over several B+tree levels, out-
   CHECK(o["keys"]["only"]["len"] == 12);
 }
 
+TEST_CASE("crc32c known answers, masked form, and the numbered manifest kind") {
+  const std::string digits = "123456789";
+  CHECK(ckpt::io::crc32c(std::as_bytes(std::span(digits))) == 0xE3069283u);
+  const std::string a = "1234", b = "56789";
+  CHECK(ckpt::io::crc32c(std::as_bytes(std::span(b)), ckpt::io::crc32c(std::as_bytes(std::span(a)))) == 0xE3069283u);
+  CHECK(ckpt::io::crc32c({}) == 0u);
+  CHECK(ckpt::io::crc32c_unmask(ckpt::io::crc32c_mask(0xE3069283u)) == 0xE3069283u);
+  CHECK(ckpt::io::crc32c_mask(0u) == 0xa282ead8u);
+
+  // numbered kind: manifest.ocdbt holds the config only, manifest.<16 hex> the versions
+  test::TempDir tmp;
+  const fs::path db = tmp / "db";
+  {
+    ckpt::ocdbt::Writer w(db);
+    const std::string v = "value";
+    w.put("k", std::as_bytes(std::span(v)));
+    w.commit();
+  }
+  const auto uuid = ckpt::ocdbt::Database::open(db, "x")->config().uuid;
+  fs::rename(db / "manifest.ocdbt", db / "manifest.0000000000000001");
+  std::vector<std::byte> cfg;
+  for (auto x : uuid) cfg.push_back(static_cast<std::byte>(x));
+  cfg.push_back(std::byte{1});
+  ckpt::ocdbt::put_varint(cfg, 1024);
+  ckpt::ocdbt::put_varint(cfg, 100000000);
+  cfg.push_back(std::byte{4});
+  ckpt::ocdbt::put_varint(cfg, 0);
+  ckpt::io::write_file_synced(db / "manifest.ocdbt", ckpt::ocdbt::encode_envelope(cfg, ckpt::ocdbt::manifest_magic, true, 0));
+  const auto d = ckpt::ocdbt::Database::open(db, "x");
+  CHECK(d->config().manifest_kind == 1);
+  REQUIRE(d->values().size() == 1);
+  CHECK(d->values().at("k").bytes == "value");
+  fs::remove(db / "manifest.0000000000000001");
+  CHECK_THROWS_AS(ckpt::ocdbt::Database::open(db, "x"), ckpt::CorruptCheckpointError);
+}
+
 // Rewrites `file` (an OCDBT manifest or node) with a new body, valid envelope and CRC.
 void rewrite(const fs::path& file, const std::vector<std::byte>& body, std::uint32_t magic) {
   const auto enc = ckpt::ocdbt::encode_envelope(body, magic, false, 0);
