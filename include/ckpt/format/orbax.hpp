@@ -424,9 +424,13 @@ struct basic_orbax {
     // a composite checkpoint without _CHECKPOINT_METADATA: some item directory is one
     std::error_code ec;
     int seen = 0;
-    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end && ++seen < 256; it.increment(ec))
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end && ++seen < 256; it.increment(ec)) {
+      // numbered subdirectories are steps (a manager root), not items
+      const std::string n = it->path().filename().string();
+      if (n.find_first_not_of("0123456789") == std::string::npos) continue;
       if (zarr::is_dir(it->path()) && (zarr::is_file(it->path() / od::tree_metadata) || ocdbt::Database::is_database(it->path())))
         return true;
+    }
     return false;
   }
 

@@ -108,7 +108,6 @@ inline std::vector<Version> read_version_leaf_entries(Cursor& c, std::size_t num
 // reading the latest generation never needs them.
 inline void skip_version_interior_entries(Cursor& c, std::size_t num_files, bool with_height) {
   const std::size_t n = c.count(13, "version node count");
-  std::vector<std::uint64_t> v(n);
   for (std::size_t i = 0; i < n; ++i) c.varint();  // generation
   for (std::size_t i = 0; i < n; ++i)
     if (c.varint() >= num_files) throw FormatError("version node refers to a missing data file");
@@ -257,7 +256,7 @@ class Database final : public io::KvStore {
     if (latest_.empty()) return;
     if (latest_.root_height > max_tree_height) fail(where, "B+tree height " + std::to_string(latest_.root_height) + " is too large");
     std::string prefix;
-    walk(latest_.root, latest_.root_height, "", prefix, 0);
+    walk(latest_.root, latest_.root_height, prefix, 0);
   }
 
   void read_version_tree(Cursor& c) {
@@ -268,9 +267,9 @@ class Database final : public io::KvStore {
     if (!c.done()) throw FormatError(std::to_string(c.left()) + " bytes after the version tree");
   }
 
-  // Reads the node at ref (from the table `files`), adding its keys under `prefix`.
-  void walk(const NodeRef& ref, int height, const std::string& transitive, std::string& prefix, int depth) {
-    (void)transitive;
+  // Reads the node at ref, adding its keys under `prefix` (the subtree common prefixes
+  // of the interior entries above it).
+  void walk(const NodeRef& ref, int height, std::string& prefix, int depth) {
     const std::string where = "B+tree node " + files_[ref.file].path + "@" + std::to_string(ref.offset);
     if (++nodes_read_ > max_nodes) fail(where, "more than " + std::to_string(max_nodes) + " nodes");
     if (depth > max_tree_height) fail(where, "nested too deep");
@@ -319,7 +318,7 @@ class Database final : public io::KvStore {
           if (common[i] > keys[i].size()) throw FormatError("subtree common prefix longer than its key");
           const std::size_t at = prefix.size();
           prefix += keys[i].substr(0, static_cast<std::size_t>(common[i]));
-          walk(refs[i], height - 1, "", prefix, depth + 1);
+          walk(refs[i], height - 1, prefix, depth + 1);
           prefix.resize(at);
         }
         return;
