@@ -63,6 +63,24 @@ find_library(CKPT_XXHASH_LIBRARY NAMES xxhash)
 if(NOT CKPT_XXHASH_INCLUDE_DIR OR NOT CKPT_XXHASH_LIBRARY)
   _ckpt_dep_missing("xxHash (Debian: libxxhash-dev)")
 endif()
+# blosc, lz4 and bz2: zarr chunk compressors (zarr-python's default is blosc)
+find_path(CKPT_BLOSC_INCLUDE_DIR NAMES blosc.h)
+find_library(CKPT_BLOSC_LIBRARY NAMES blosc)
+if(NOT CKPT_BLOSC_INCLUDE_DIR OR NOT CKPT_BLOSC_LIBRARY)
+  _ckpt_dep_missing("blosc (Debian: libblosc-dev)")
+endif()
+find_path(CKPT_LZ4_INCLUDE_DIR NAMES lz4.h)
+find_library(CKPT_LZ4_LIBRARY NAMES lz4)
+if(NOT CKPT_LZ4_INCLUDE_DIR OR NOT CKPT_LZ4_LIBRARY)
+  _ckpt_dep_missing("lz4 (Debian: liblz4-dev)")
+endif()
+find_path(CKPT_BZ2_INCLUDE_DIR NAMES bzlib.h)
+find_library(CKPT_BZ2_LIBRARY NAMES bz2)
+if(NOT CKPT_BZ2_INCLUDE_DIR OR NOT CKPT_BZ2_LIBRARY)
+  _ckpt_dep_missing("bzip2 (Debian: libbz2-dev)")
+endif()
+mark_as_advanced(CKPT_BLOSC_INCLUDE_DIR CKPT_BLOSC_LIBRARY CKPT_LZ4_INCLUDE_DIR CKPT_LZ4_LIBRARY
+  CKPT_BZ2_INCLUDE_DIR CKPT_BZ2_LIBRARY)
 mark_as_advanced(CKPT_BOOST_INCLUDE_DIR CKPT_MSGPACK_INCLUDE_DIR
   CKPT_ZSTD_INCLUDE_DIR CKPT_ZSTD_LIBRARY CKPT_XXHASH_INCLUDE_DIR CKPT_XXHASH_LIBRARY)
 
@@ -101,9 +119,17 @@ if(CKPT_DEPS_FOUND AND NOT TARGET ckpt_deps::boost)
   set_target_properties(ckpt_deps::xxhash PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES "${CKPT_XXHASH_INCLUDE_DIR}"
     INTERFACE_LINK_LIBRARIES "${CKPT_XXHASH_LIBRARY}")
+  foreach(_lib BLOSC LZ4 BZ2)
+    string(TOLOWER "${_lib}" _name)
+    add_library(ckpt_deps::${_name} INTERFACE IMPORTED)
+    set_target_properties(ckpt_deps::${_name} PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${CKPT_${_lib}_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES "${CKPT_${_lib}_LIBRARY}")
+  endforeach()
 endif()
 
 # What ckpt (and the test-only single-header variant) link to.
 set(CKPT_DEPS_TARGETS
   ckpt_deps::boost ckpt_deps::msgpack xtensor nlohmann_json::nlohmann_json
-  ckpt_deps::zstd ZLIB::ZLIB ckpt_deps::xxhash Threads::Threads)
+  ckpt_deps::zstd ZLIB::ZLIB ckpt_deps::xxhash ckpt_deps::blosc ckpt_deps::lz4 ckpt_deps::bz2
+  Threads::Threads)

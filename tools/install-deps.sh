@@ -21,8 +21,9 @@ apt_packages=(
   g++ clang libclang-rt-14-dev cmake make ninja-build pkg-config meson
   libxtensor-dev xtl-dev doctest-dev
   libzstd-dev zlib1g-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
+  libblosc-dev liblz4-dev libbz2-dev
   # used by interop tests through /usr/bin/python3
-  python3-zarr python3-numpy python3-msgpack
+  python3-zarr python3-numpy python3-msgpack python3-numcodecs python3-zstandard
 )
 # unpacked into $prefix, never installed (see above)
 local_debs=(libboost1.81-dev libmsgpack-cxx-dev)

@@ -1,4 +1,4 @@
-// ckpt/formats.hpp — every interop format: Orbax, t5x, zarr v2 and Flax msgpack.
+// ckpt/formats.hpp — every interop format: Orbax (with OCDBT), t5x, zarr v2 and v3, Flax msgpack.
 //
 // Opt-in: <ckpt/ckpt.hpp> reads and writes the native format only, so that a program
 // that never meets another format does not compile their readers. Including this header
@@ -12,6 +12,7 @@
 #include <ckpt/format/orbax.hpp>
 #include <ckpt/format/t5x.hpp>
 #include <ckpt/format/zarr.hpp>
+#include <ckpt/format/zarr3.hpp>
 #include <ckpt/flax_checkpoints.hpp>
 #include <ckpt/detail/static_error.hpp>
 

@@ -1,17 +1,21 @@
-// ckpt/format/orbax.hpp — ckpt::orbax: Orbax step directories (PyTreeCheckpointHandler,
-// without OCDBT).
+// ckpt/format/orbax.hpp — ckpt::orbax: Orbax step directories (PyTreeCheckpointHandler),
+// with OCDBT (Orbax's default, and what ckpt writes) or without.
 //
 //   <step>/_CHECKPOINT_METADATA   JSON: item_handlers, metrics, timestamps
 //   <step>/commit_success.txt     written last
 //   <step>/default/_METADATA      JSON: {"tree_metadata": {"('a', 'b')": {"key_metadata":
 //                                 [{"key": "a", "key_type": 2}, ...], "value_metadata":
 //                                 {"value_type": "np.ndarray", "skip_deserialize": false}}},
-//                                 "use_zarr3": false}
-//   <step>/default/a.b/           one zarr v2 array per numeric leaf (.zarray + chunks)
+//                                 "use_ocdbt": true, "use_zarr3": false}
+//   <step>/default/manifest.ocdbt, d/   OCDBT: keys a.b/.zarray, a.b/0 (zarr v2) or
+//                                 a.b/zarr.json, a.b/c/0 (zarr v3, Orbax's v1 API)
+//   <step>/default/a.b/           without OCDBT: one zarr v2 array directory per leaf
 //   <step>/default/_strings.json  string leaves, {"a.b": "text"} (Orbax's StringHandler)
 // Reading also accepts an item directory itself (what PyTreeCheckpointer.save(dir)
-// writes), several items (each becomes a top-level key), and the older layout whose
-// msgpack `checkpoint` holds PLACEHOLDER:// strings.
+// writes), several items (each becomes a top-level key; JSON items map onto the tree),
+// OCDBT items without _METADATA (paths from the key names), the per-process databases
+// when the root manifest is gone, and the older layout whose msgpack `checkpoint` holds
+// the tree (arrays inline or PLACEHOLDER:// strings).
 #pragma once
 
 #include <chrono>
@@ -19,8 +23,15 @@
 #include <set>
 #include <string>
 
+#include <array>
+#include <deque>
+
+#include <ckpt/format/ocdbt/database.hpp>
+#include <ckpt/format/ocdbt/writer.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/t5x.hpp>
+#include <ckpt/format/zarr/kv_chunks.hpp>
+#include <ckpt/format/zarr/v3.hpp>
 
 namespace ckpt {
 
@@ -65,14 +76,165 @@ inline std::uint64_t now_ns() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
 }
 
+// The key-value store of an item written with OCDBT: the root database, or, when its
+// manifest is gone, the per-process databases it was merged from (ocdbt.process_<i>/,
+// which hold the same keys). nullptr: the item is not OCDBT.
+class MergedKv final : public io::KvStore {
+ public:
+  explicit MergedKv(std::vector<std::shared_ptr<const ocdbt::Database>> dbs, std::string name)
+      : dbs_(std::move(dbs)), name_(std::move(name)) {}
+  std::optional<std::uint64_t> size(const std::string& key) const override {
+    for (const auto& d : dbs_)
+      if (auto n = d->size(key)) return n;
+    return std::nullopt;
+  }
+  void read(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const override {
+    for (const auto& d : dbs_)
+      if (d->size(key)) return d->read(key, offset, dst);
+    throw Error(name_, "", "OCDBT key " + key.substr(0, 200) + " is missing");
+  }
+  std::vector<std::string> list(const std::string& prefix, std::size_t max) const override {
+    std::set<std::string> all;
+    for (const auto& d : dbs_)
+      for (auto& k : d->list(prefix, max)) {
+        all.insert(std::move(k));
+        if (all.size() > max) throw Error(name_, "", "more than " + std::to_string(max) + " OCDBT keys");
+      }
+    return {all.begin(), all.end()};
+  }
+  std::string describe() const override { return name_; }
+
+ private:
+  std::vector<std::shared_ptr<const ocdbt::Database>> dbs_;
+  std::string name_;
+};
+
+inline std::vector<fs::path> process_databases(const fs::path& item) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  std::size_t seen = 0;
+  for (fs::directory_iterator it(item, ec), end; !ec && it != end; it.increment(ec)) {
+    if (++seen > 100000) break;
+    const std::string n = it->path().filename().string();
+    if (n.rfind("ocdbt.process_", 0) == 0 && zarr::is_dir(it->path()) && ocdbt::Database::is_database(it->path()))
+      out.push_back(it->path());
+    if (out.size() > 65536) break;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+inline bool is_ocdbt_item(const fs::path& item) {
+  return ocdbt::Database::is_database(item) || !process_databases(item).empty();
+}
+
+inline std::shared_ptr<const io::KvStore> open_ocdbt(const fs::path& item, const std::string& ckpt) {
+  if (ocdbt::Database::is_database(item)) return ocdbt::Database::open(item, ckpt);
+  std::vector<std::shared_ptr<const ocdbt::Database>> dbs;
+  for (const auto& p : process_databases(item)) dbs.push_back(ocdbt::Database::open(p, ckpt));
+  if (dbs.empty()) return nullptr;
+  if (dbs.size() == 1) return dbs[0];
+  return std::make_shared<MergedKv>(std::move(dbs), item.string());
+}
+
+// Adds the zarr array `name` of a key-value store (v2 `.zarray` or v3 `zarr.json`).
+inline bool add_kv_array(interop::IndexBuilder& b, const Path& p, const std::shared_ptr<const io::KvStore>& kv,
+                         const std::string& name) {
+  const std::string ckpt = b.checkpoint();
+  if (kv->size(name + "/.zarray")) {
+    auto a = std::make_shared<zarr::KvArrayV2>(zarr::KvArrayV2::open(kv, name, ckpt, p.str()));
+    b.add_loaded(p, a->meta.type, a->meta.shape, name, std::string("ocdbt/zarr/") + io::codec_name(a->meta.compressor),
+                 [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); });
+    return true;
+  }
+  if (kv->size(name + "/zarr.json")) {
+    auto a = std::make_shared<zarr::v3::KvArray>(zarr::v3::KvArray::open(kv, name, ckpt, p.str()));
+    b.add_loaded(p, a->meta.type, a->meta.shape, name, "ocdbt/zarr3",
+                 [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); });
+    return true;
+  }
+  return false;
+}
+
+// The arrays of an OCDBT item whose _METADATA is gone: every `<name>/.zarray` or
+// `<name>/zarr.json` key, `name` split at '.' into the tree path (Orbax's own naming).
+inline void read_ocdbt_keys(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const Path& prefix) {
+  std::set<std::string> names;
+  for (const auto& k : kv->list("", zarr::max_chunks)) {
+    for (const char* suffix : {"/.zarray", "/zarr.json"}) {
+      const std::string_view sv(suffix);
+      if (k.size() > sv.size() && k.compare(k.size() - sv.size(), sv.size(), sv) == 0) names.insert(k.substr(0, k.size() - sv.size()));
+    }
+  }
+  if (names.empty()) throw CorruptCheckpointError(b.checkpoint(), prefix.str(), "item has no _METADATA and its OCDBT database no arrays");
+  for (const auto& n : names) {
+    Path p = prefix;
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t dot = n.find('.', start);
+      p.push(n.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    add_kv_array(b, p, kv, n);
+  }
+}
+
+// A JSON item (JsonCheckpointHandler's `metadata`, v1 JsonHandler's `data.json`) as a
+// tree: objects and lists are nodes, strings, numbers and booleans leaves, null none.
+inline void add_json(interop::IndexBuilder& b, const Path& p, const json& j, int depth,
+                     const std::shared_ptr<std::deque<std::array<std::byte, 8>>>& store) {
+  if (depth > 64) throw CorruptCheckpointError(b.checkpoint(), p.str(), "JSON item nests too deep");
+  auto scalar = [&](dtype t, auto v) {
+    auto& cell = store->emplace_back();
+    std::memcpy(cell.data(), &v, sizeof v);
+    b.add_bytes(p, t, {}, {std::span<const std::byte>(cell.data(), sizeof v)});
+  };
+  if (j.is_object()) {
+    if (j.empty()) return b.add_none(p);
+    for (const auto& [k, v] : j.items()) add_json(b, p.child(k), v, depth + 1, store);
+  } else if (j.is_array()) {
+    if (j.empty()) return b.add_none(p);
+    for (std::size_t i = 0; i < j.size(); ++i) add_json(b, p.child(std::to_string(i)), j[i], depth + 1, store);
+  } else if (j.is_string()) {
+    b.add_string(p, j.get<std::string>());
+  } else if (j.is_boolean()) {
+    scalar(dtype::bool_, static_cast<std::uint8_t>(j.get<bool>()));
+  } else if (j.is_number_unsigned() && j.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+    scalar(dtype::uint64, j.get<std::uint64_t>());
+  } else if (j.is_number_integer()) {
+    scalar(dtype::int64, j.get<std::int64_t>());
+  } else if (j.is_number()) {
+    scalar(dtype::float64, j.get<double>());
+  } else {
+    b.add_none(p);
+  }
+}
+
+inline const char* json_item_file(const fs::path& item) {
+  if (zarr::is_file(item / "data.json")) return "data.json";
+  if (zarr::is_file(item / "metadata")) return "metadata";
+  return nullptr;
+}
+
 inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path& prefix) {
   const std::string ckpt = b.checkpoint();
-  if (zarr::is_file(item / "manifest.ocdbt"))
-    throw Error(ckpt, prefix.str(), "OCDBT checkpoints are not supported (save with use_ocdbt=False)");
+  const bool ocdbt_item = is_ocdbt_item(item);
   if (!zarr::is_file(item / tree_metadata)) {
+    if (ocdbt_item) {
+      read_ocdbt_keys(b, open_ocdbt(item, ckpt), prefix);
+      return;
+    }
     // the older layout: msgpack `checkpoint` with PLACEHOLDER:// strings
     if (zarr::is_file(item / "checkpoint")) {
       detail::flax::read_msgpack_into(b, item / "checkpoint", prefix, nullptr, detail::t5x::special(item));
+      return;
+    }
+    if (const char* f = json_item_file(item)) {
+      const json j = zarr::read_json_file(item / f, ckpt, prefix.str());
+      auto store = std::make_shared<std::deque<std::array<std::byte, 8>>>();
+      b.keep(store);
+      add_json(b, prefix, j, 0, store);
       return;
     }
     throw CorruptCheckpointError(ckpt, prefix.str(), "item directory " + item.string() + " has no _METADATA");
@@ -83,7 +245,26 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
   };
   if (!meta.is_object() || !meta.contains("tree_metadata") || !meta["tree_metadata"].is_object())
     fail("", "no tree_metadata object");
-  if (meta.contains("use_zarr3") && meta["use_zarr3"] == true) fail("", "zarr v3 arrays are not supported");
+  const std::shared_ptr<const io::KvStore> kv = ocdbt_item ? open_ocdbt(item, ckpt) : nullptr;
+  if (!kv && meta.contains("use_zarr3") && meta["use_zarr3"] == true) fail("", "zarr v3 arrays outside OCDBT are not supported");
+  // Orbax 0.5 kept some arrays in the msgpack `checkpoint` file (skip_deserialize, no
+  // zarr folder): when one is missing there, the msgpack file holds the whole tree.
+  if (!kv && zarr::is_file(item / "checkpoint")) {
+    for (const auto& [tuple, v] : meta["tree_metadata"].items()) {
+      if (!v.is_object() || !v.contains("key_metadata") || !v["key_metadata"].is_array()) continue;
+      std::string name;
+      for (const auto& k : v["key_metadata"])
+        if (k.is_object() && k.contains("key"))
+          name += (name.empty() ? "" : ".") + (k["key"].is_string() ? k["key"].get<std::string>() : k["key"].dump());
+      const json vm = v.value("value_metadata", json::object());
+      const std::string type = vm.is_object() && vm.contains("value_type") && vm["value_type"].is_string() ? vm["value_type"].get<std::string>() : "";
+      const bool array = type == "jax.Array" || type == "np.ndarray" || type == "scalar";
+      if (array && (!zarr::safe_name(name) || !zarr::is_file(item / name / ".zarray"))) {
+        detail::flax::read_msgpack_into(b, item / "checkpoint", prefix, nullptr, detail::t5x::special(item));
+        return;
+      }
+    }
+  }
   std::optional<json> strings;
   for (const auto& [tuple, v] : meta["tree_metadata"].items()) {
     if (!v.is_object() || !v.contains("key_metadata") || !v["key_metadata"].is_array()) fail(tuple, "entry has no key_metadata");
@@ -105,6 +286,11 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
     else
       fail(where, "entry has no value_type");
     if (type == "jax.Array" || type == "np.ndarray" || type == "scalar") {
+      if (kv) {
+        if (!add_kv_array(b, p, kv, name))
+          throw CorruptCheckpointError(ckpt, where, "array " + name + " is missing from the OCDBT database (no " + name + "/.zarray or " + name + "/zarr.json key)");
+        continue;
+      }
       if (!zarr::safe_name(name)) fail(where, "leaf name " + quote_for_message(name) + " leaves the item directory");
       const fs::path adir = item / name;
       if (!zarr::is_file(adir / ".zarray")) throw CorruptCheckpointError(ckpt, where, "array " + name + "/.zarray is missing");
@@ -123,17 +309,65 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
 }
 }  // namespace detail::orbax
 
-template <io::codec C = io::codec::zstd, int Level = 1>
+// How an Orbax item stores its arrays: in one OCDBT database (`use_ocdbt=True`,
+// Orbax's default since 0.5) or one zarr directory per array (`use_ocdbt=False`).
+enum class orbax_layout { ocdbt, directories };
+
+namespace detail::orbax {
+// Orbax's zarr v2 metadata inside OCDBT: compact JSON, fill_value null, "." separator.
+inline std::string zarray_text(const zarr::ArrayMeta& m) {
+  json j = zarr::zarray_json(m);
+  j["fill_value"] = nullptr;
+  j["dimension_separator"] = ".";
+  return j.dump();
+}
+
+// Puts array `name` into the database: `.zarray`, then its chunks (along the first
+// dimension, as meta_for cuts them), each compressed on its own.
+inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::ArrayMeta& m, std::span<const std::byte> src) {
+  const std::string zarray = zarray_text(m);
+  w.put(name + "/.zarray", std::as_bytes(std::span(zarray)));
+  io::blosc_params bp = m.blosc;
+  bp.typesize = dtype_size(m.type);
+  if (m.shape.empty()) {
+    w.put(name + "/0", io::compress(m.compressor, m.level, src, bp));
+    return;
+  }
+  if (element_count(m.shape) == 0) return;
+  const std::uint64_t chunk = m.chunk_bytes();
+  const auto n = static_cast<std::uint64_t>((m.shape[0] + m.chunks[0] - 1) / m.chunks[0]);
+  std::vector<std::byte> edge;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t off = i * chunk;
+    std::span<const std::byte> part = src.subspan(off, std::min<std::uint64_t>(chunk, src.size() - off));
+    if (part.size() < chunk) {  // edge chunks are stored full size, padded with zeros
+      edge.assign(part.begin(), part.end());
+      edge.resize(chunk);
+      part = edge;
+    }
+    std::vector<std::int64_t> idx(m.shape.size(), 0);
+    idx[0] = static_cast<std::int64_t>(i);
+    const std::string key = name + "/" + zarr::chunk_key(idx, '.');
+    if (m.compressor == io::codec::none) w.put(key, part);
+    else w.put(key, io::compress(m.compressor, m.level, part, bp));
+  }
+}
+}  // namespace detail::orbax
+
+template <io::codec C = io::codec::zstd, int Level = 1, orbax_layout Layout = orbax_layout::ocdbt>
 struct basic_orbax {
   static constexpr const char* name = "orbax";
 
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
     namespace od = detail::orbax;
+    constexpr bool use_ocdbt = Layout == orbax_layout::ocdbt;
     const std::string ckpt = dir.string();
     const auto item = dir / od::default_item;
     std::filesystem::create_directory(item);
     zarr::json tree = zarr::json::object(), strings = zarr::json::object();
     std::set<std::string> names;
+    std::optional<ocdbt::Writer> db;
+    if constexpr (use_ocdbt) db.emplace(item);
     for (const auto& l : s.leaves) {
       std::string name;
       zarr::json keys = zarr::json::array();
@@ -144,22 +378,32 @@ struct basic_orbax {
       if (l.path.empty()) throw Error(ckpt, "", "a single-leaf value cannot be an Orbax tree; wrap it in a struct");
       if (!names.insert(name).second) throw Error(ckpt, l.path.str(), "two leaves map to the same Orbax name " + name);
       std::string type;
+      zarr::json value_meta;
       if (l.data.type == dtype::string) {
         type = "string";
         strings[name] = std::string(reinterpret_cast<const char*>(l.data.view.data()), l.data.view.size());
       } else if (l.data.type == dtype::none) {
         type = "None";
       } else {
-        if (!zarr::safe_name(name) || name[0] == '_' || name[0] == '.')
+        if (!zarr::safe_name(name) || name[0] == '_' || name[0] == '.' || name.rfind("ocdbt.process_", 0) == 0 || name == "d")
           throw Error(ckpt, l.path.str(), "path cannot name an Orbax array directory");
         type = l.data.shape.empty() ? "scalar" : "np.ndarray";
-        zarr::write_array(item / name, zarr::meta_for(l.data.type, l.data.shape, C, Level), l.data.view);
+        const auto meta = zarr::meta_for(l.data.type, l.data.shape, C, Level);
+        if constexpr (use_ocdbt) od::put_array(*db, name, meta, l.data.view);
+        else zarr::write_array(item / name, meta, l.data.view);
+        value_meta["write_shape"] = l.data.shape;
       }
-      tree[od::tuple_repr(l.path.segments())] = {
-          {"key_metadata", keys}, {"value_metadata", {{"value_type", type}, {"skip_deserialize", type == "None"}}}};
+      value_meta["value_type"] = type;
+      value_meta["skip_deserialize"] = type == "None";
+      tree[od::tuple_repr(l.path.segments())] = {{"key_metadata", keys}, {"value_metadata", value_meta}};
     }
+    if (db) db->commit();
     if (!strings.empty()) od::write_json(item / od::strings_file, strings);
-    od::write_json(item / od::tree_metadata, {{"tree_metadata", tree}, {"use_zarr3", false}});
+    od::write_json(item / od::tree_metadata, {{"tree_metadata", tree},
+                                              {"use_ocdbt", use_ocdbt},
+                                              {"use_zarr3", false},
+                                              {"store_array_data_equal_to_fill_value", true},
+                                              {"custom_metadata", nullptr}});
     const auto t = od::now_ns();
     od::write_json(dir / od::checkpoint_metadata,
                    {{"item_handlers", {{od::default_item, "orbax.checkpoint._src.handlers.pytree_checkpoint_handler.PyTreeCheckpointHandler"}}},
@@ -167,15 +411,27 @@ struct basic_orbax {
                     {"performance_metrics", zarr::json::object()},
                     {"init_timestamp_nsecs", t},
                     {"commit_timestamp_nsecs", t},
-                    {"custom", zarr::json::object()}});
+                    {"custom_metadata", zarr::json::object()}});
     const std::string ok = "Checkpoint commit was successful to " + ckpt;
     io::write_file_synced(dir / od::commit_file, std::as_bytes(std::span(ok)));
   }
 
   static bool detect(const std::filesystem::path& dir) {
     namespace od = detail::orbax;
-    if (zarr::is_file(dir / od::checkpoint_metadata) || zarr::is_file(dir / od::tree_metadata)) return true;
-    return zarr::is_file(dir / od::default_item / od::tree_metadata);
+    if (zarr::is_file(dir / od::checkpoint_metadata) || zarr::is_file(dir / od::tree_metadata) ||
+        zarr::is_file(dir / "orbax.checkpoint") || od::is_ocdbt_item(dir))
+      return true;
+    // a composite checkpoint without _CHECKPOINT_METADATA: some item directory is one
+    std::error_code ec;
+    int seen = 0;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end && ++seen < 256; it.increment(ec)) {
+      // numbered subdirectories are steps (a manager root), not items
+      const std::string n = it->path().filename().string();
+      if (n.find_first_not_of("0123456789") == std::string::npos) continue;
+      if (zarr::is_dir(it->path()) && (zarr::is_file(it->path() / od::tree_metadata) || ocdbt::Database::is_database(it->path())))
+        return true;
+    }
+    return false;
   }
 
   // Orbax publishes a step by renaming it into place (commit_success.txt is written on
@@ -188,17 +444,34 @@ struct basic_orbax {
     interop::IndexBuilder b(ckpt);
     IndexInfo info;
     info.format = "orbax";
-    if (zarr::is_file(dir / od::tree_metadata)) {
+    if (zarr::is_file(dir / od::tree_metadata) || od::is_ocdbt_item(dir)) {
       od::read_item(b, dir, Path());
       return b.build(std::move(info));
     }
     if (!zarr::is_dir(dir)) throw Error(ckpt, "", "no Orbax checkpoint here (not a directory)");
+    // Items _CHECKPOINT_METADATA names, when it names them: a directory it does not
+    // name (a stray or half-written one) is not part of the checkpoint.
+    std::optional<std::set<std::string>> named;
+    if (zarr::is_file(dir / od::checkpoint_metadata)) {
+      try {
+        const zarr::json cm = zarr::read_json_file(dir / od::checkpoint_metadata, ckpt, "");
+        if (cm.is_object() && cm.contains("item_handlers") && cm["item_handlers"].is_object()) {
+          named.emplace();
+          for (const auto& [k, v] : cm["item_handlers"].items()) named->insert(k);
+        }
+      } catch (const Error&) {
+        // a damaged _CHECKPOINT_METADATA only loses the filter: the items still read
+      }
+    }
     std::vector<std::string> items;
     std::error_code ec;
     for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string n = it->path().filename().string();
       if (n.empty() || n[0] == '.' || !zarr::is_dir(it->path())) continue;
-      if (zarr::is_file(it->path() / od::tree_metadata) || zarr::is_file(it->path() / "checkpoint")) items.push_back(n);
+      if (named && !named->count(n)) continue;
+      if (zarr::is_file(it->path() / od::tree_metadata) || zarr::is_file(it->path() / "checkpoint") ||
+          od::is_ocdbt_item(it->path()) || od::json_item_file(it->path()))
+        items.push_back(n);
       if (items.size() > 1024) throw CorruptCheckpointError(ckpt, "", "too many items");
     }
     std::sort(items.begin(), items.end());
@@ -212,6 +485,8 @@ struct basic_orbax {
   }
 };
 using orbax = basic_orbax<>;
+// Orbax's older layout, `use_ocdbt=False`: one zarr directory per array.
+using orbax_without_ocdbt = basic_orbax<io::codec::zstd, 1, orbax_layout::directories>;
 inline const bool orbax_registered = register_format<orbax>(10);
 
 }  // namespace ckpt

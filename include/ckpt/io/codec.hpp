@@ -1,4 +1,5 @@
-// ckpt/io/codec.hpp — gzip, zlib and zstd, with decompression bounded by the size expected.
+// ckpt/io/codec.hpp — gzip, zlib, zstd, blosc, lz4 and bz2, with decompression bounded by
+// the size expected.
 //
 // Chunks of zarr arrays (t5x, Orbax, zarr) are compressed. A reader always knows how
 // many bytes a chunk must decompress to, so decompression writes into a buffer of
@@ -6,11 +7,16 @@
 // costs nothing but the time to notice it.
 #pragma once
 
+#include <blosc.h>
+#include <bzlib.h>
+#include <lz4.h>
 #include <zlib.h>
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <span>
@@ -21,7 +27,10 @@
 
 namespace ckpt::io {
 
-enum class codec { none, gzip, zlib, zstd };
+// blosc and lz4 are numcodecs' framings: blosc's own self-describing header (blosc 1
+// format), and lz4 as a 4-byte little-endian decompressed size followed by one LZ4
+// block. bz2 is a plain bzip2 stream.
+enum class codec { none, gzip, zlib, zstd, blosc, lz4, bz2 };
 
 inline const char* codec_name(codec c) noexcept {
   switch (c) {
@@ -29,14 +38,64 @@ inline const char* codec_name(codec c) noexcept {
     case codec::gzip: return "gzip";
     case codec::zlib: return "zlib";
     case codec::zstd: return "zstd";
+    case codec::blosc: return "blosc";
+    case codec::lz4: return "lz4";
+    case codec::bz2: return "bz2";
   }
   return "?";
 }
 
+// What blosc needs to compress beyond a level (decompression reads it from the header).
+// The defaults are numcodecs' Blosc(): lz4, byte shuffle, automatic block size.
+struct blosc_params {
+  std::string cname = "lz4";  // blosclz, lz4, lz4hc, zlib, zstd
+  int shuffle = 1;            // 0 none, 1 byte, 2 bit
+  std::size_t typesize = 1;
+  std::size_t blocksize = 0;
+};
+
+inline bool blosc_cname_known(std::string_view n) {
+  return n == "blosclz" || n == "lz4" || n == "lz4hc" || n == "zlib" || n == "zstd";
+}
+
 // Compresses src; gzip and zlib use deflate's own framing (numcodecs' GZip and Zlib).
-inline std::vector<std::byte> compress(codec c, int level, std::span<const std::byte> src) {
+inline std::vector<std::byte> compress(codec c, int level, std::span<const std::byte> src,
+                                       const blosc_params& bp = {}) {
   std::vector<std::byte> out;
   if (c == codec::none) return {src.begin(), src.end()};
+  if (c == codec::blosc) {
+    if (src.size() > BLOSC_MAX_BUFFERSIZE) throw Error("blosc cannot compress more than 2 GiB at once");
+    if (!blosc_cname_known(bp.cname)) throw Error("blosc has no compressor " + bp.cname);
+    out.resize(src.size() + BLOSC_MAX_OVERHEAD);
+    const int n = blosc_compress_ctx(level, bp.shuffle, std::max<std::size_t>(bp.typesize, 1), src.size(), src.data(),
+                                     out.data(), out.size(), bp.cname.c_str(), bp.blocksize, 1);
+    if (n <= 0) throw Error("blosc compression failed (" + std::to_string(n) + ")");
+    out.resize(static_cast<std::size_t>(n));
+    return out;
+  }
+  if (c == codec::lz4) {
+    if (src.size() > static_cast<std::size_t>(LZ4_MAX_INPUT_SIZE)) throw Error("lz4 cannot compress more than ~2 GiB at once");
+    const int bound = LZ4_compressBound(static_cast<int>(src.size()));
+    out.resize(4 + static_cast<std::size_t>(bound));
+    const auto size = static_cast<std::uint32_t>(src.size());
+    for (int i = 0; i < 4; ++i) out[static_cast<std::size_t>(i)] = static_cast<std::byte>(size >> (8 * i));
+    const int n = LZ4_compress_fast(reinterpret_cast<const char*>(src.data()), reinterpret_cast<char*>(out.data() + 4),
+                                    static_cast<int>(src.size()), bound, std::max(level, 1));
+    if (n <= 0) throw Error("lz4 compression failed");
+    out.resize(4 + static_cast<std::size_t>(n));
+    return out;
+  }
+  if (c == codec::bz2) {
+    if (src.size() > std::numeric_limits<unsigned>::max() / 2) throw Error("bz2 cannot compress more than 2 GiB at once");
+    auto cap = static_cast<unsigned>(src.size() + src.size() / 100 + 600);
+    out.resize(cap);
+    const int rc = BZ2_bzBuffToBuffCompress(reinterpret_cast<char*>(out.data()), &cap,
+                                            reinterpret_cast<char*>(const_cast<std::byte*>(src.data())),
+                                            static_cast<unsigned>(src.size()), std::clamp(level, 1, 9), 0, 0);
+    if (rc != BZ_OK) throw Error("bz2 compression failed (" + std::to_string(rc) + ")");
+    out.resize(cap);
+    return out;
+  }
   if (c == codec::zstd) {
     out.resize(ZSTD_compressBound(src.size()));
     const std::size_t n = ZSTD_compress(out.data(), out.size(), src.data(), src.size(), level);
@@ -80,6 +139,52 @@ inline std::string decompress(codec c, std::span<const std::byte> src, std::span
     if (src.size() != dst.size())
       return "holds " + std::to_string(src.size()) + " bytes, " + std::to_string(dst.size()) + " expected";
     if (!dst.empty()) std::memcpy(dst.data(), src.data(), dst.size());
+    return "";
+  }
+  if (c == codec::blosc) {
+    // The header states both sizes: both must match before blosc touches dst, and
+    // blosc_cbuffer_validate checks the header is consistent with the buffer's length.
+    if (src.size() < BLOSC_MIN_HEADER_LENGTH) return "blosc: compressed data is truncated (no header)";
+    std::size_t nbytes = 0, cbytes = 0, blocksize = 0;
+    blosc_cbuffer_sizes(src.data(), &nbytes, &cbytes, &blocksize);
+    if (nbytes != dst.size())
+      return "blosc header says " + std::to_string(nbytes) + " bytes, " + std::to_string(dst.size()) + " expected";
+    if (cbytes != src.size())
+      return "blosc header says " + std::to_string(cbytes) + " compressed bytes, " + std::to_string(src.size()) + " stored";
+    std::size_t checked = 0;
+    if (blosc_cbuffer_validate(src.data(), src.size(), &checked) != 0 || checked != dst.size())
+      return "blosc: malformed header";
+    if (dst.empty()) return "";
+    const int n = blosc_decompress_ctx(src.data(), dst.data(), dst.size(), 1);
+    if (n < 0 || static_cast<std::size_t>(n) != dst.size()) return "blosc: corrupt compressed data (" + std::to_string(n) + ")";
+    return "";
+  }
+  if (c == codec::lz4) {
+    if (src.size() < 4) return "lz4: compressed data is truncated (no size header)";
+    std::uint32_t size = 0;
+    for (int i = 0; i < 4; ++i) size |= static_cast<std::uint32_t>(src[static_cast<std::size_t>(i)]) << (8 * i);
+    if (size != dst.size()) return "lz4 header says " + std::to_string(size) + " bytes, " + std::to_string(dst.size()) + " expected";
+    if (src.size() - 4 > static_cast<std::size_t>(std::numeric_limits<int>::max())) return "lz4: chunk too large";
+    // LZ4_decompress_safe never writes past dst's capacity and never reads past src.
+    const int n = LZ4_decompress_safe(reinterpret_cast<const char*>(src.data() + 4), reinterpret_cast<char*>(dst.data()),
+                                      static_cast<int>(src.size() - 4), static_cast<int>(dst.size()));
+    if (n < 0) return "lz4: corrupt compressed data";
+    if (static_cast<std::size_t>(n) != dst.size())
+      return "decompresses to " + std::to_string(n) + " bytes, " + std::to_string(dst.size()) + " expected";
+    return "";
+  }
+  if (c == codec::bz2) {
+    if (dst.size() > std::numeric_limits<unsigned>::max() || src.size() > std::numeric_limits<unsigned>::max())
+      return "bz2: chunk too large";
+    // Buffer-to-buffer decompression stops with BZ_OUTBUFF_FULL when dst is full.
+    auto n = static_cast<unsigned>(dst.size());
+    const int rc = BZ2_bzBuffToBuffDecompress(reinterpret_cast<char*>(dst.data()), &n,
+                                              reinterpret_cast<char*>(const_cast<std::byte*>(src.data())),
+                                              static_cast<unsigned>(src.size()), 0, 0);
+    if (rc == BZ_OUTBUFF_FULL) return "decompresses to more than the " + std::to_string(dst.size()) + " bytes expected";
+    if (rc == BZ_UNEXPECTED_EOF) return "compressed data is truncated";
+    if (rc != BZ_OK) return "bz2: corrupt compressed data (" + std::to_string(rc) + ")";
+    if (n != dst.size()) return "decompresses to " + std::to_string(n) + " bytes, " + std::to_string(dst.size()) + " expected";
     return "";
   }
   if (c == codec::zstd) {

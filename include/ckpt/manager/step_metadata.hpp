@@ -87,7 +87,8 @@ inline StepMetadata read_step_metadata(const std::filesystem::path& dir) {
     const auto j = nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
                                          reinterpret_cast<const char*>(bytes.data()) + bytes.size());
     if (!j.is_object()) throw std::runtime_error("not a JSON object");
-    m.step = j.at("step").get<std::int64_t>();
+    // Orbax's own file has no "step" (the directory name says it)
+    m.step = j.contains("step") ? j.at("step").get<std::int64_t>() : -1;
     m.format = j.value("format", std::string());
     m.init_timestamp_nsecs = j.value("init_timestamp_nsecs", std::int64_t{0});
     m.commit_timestamp_nsecs = j.value("commit_timestamp_nsecs", std::int64_t{0});

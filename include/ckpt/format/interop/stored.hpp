@@ -9,6 +9,7 @@
 
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -27,6 +28,9 @@ struct Stored {
   bool swap = false;                                // big-endian pieces
   fs::path array_dir;                               // set: a zarr array
   zarr::ArrayMeta meta;
+  // set: anything else that fills the leaf's bytes itself (zarr arrays in a
+  // key-value store such as OCDBT); `fail` throws naming the checkpoint and leaf
+  std::function<void(std::span<std::byte>, const std::function<void(const std::string&)>& fail)> load;
 };
 
 class Reader final : public IndexReader {
@@ -41,6 +45,10 @@ class Reader final : public IndexReader {
     auto fail = [&](const std::string& w) { throw CorruptCheckpointError(index.checkpoint(), e.path.str(), w); };
     if (!s.array_dir.empty()) {
       zarr::read_array(s.array_dir, s.meta, dst, fail);
+      return;
+    }
+    if (s.load) {
+      s.load(dst, fail);
       return;
     }
     std::size_t at = 0;
@@ -103,6 +111,22 @@ class IndexBuilder {
     Stored s;
     s.array_dir = dir;
     s.meta = std::move(meta);
+    stored_.push_back(std::move(s));
+  }
+
+  // A leaf whose bytes `load` produces (dst is exactly dtype size x elements); `where`
+  // is what `ckpt tree` shows as its file, `codec` its encoding.
+  void add_loaded(Path p, dtype t, Shape shape, std::string where, std::string codec, decltype(Stored::load) load) {
+    IndexEntry e;
+    e.path = std::move(p);
+    e.type = t;
+    e.shape = std::move(shape);
+    e.length = static_cast<std::uint64_t>(element_count(e.shape)) * dtype_size(t);
+    e.file = std::move(where);
+    e.codec = std::move(codec);
+    entries_.push_back(std::move(e));
+    Stored s;
+    s.load = std::move(load);
     stored_.push_back(std::move(s));
   }
 

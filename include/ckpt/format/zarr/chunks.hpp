@@ -188,8 +188,10 @@ inline void write_array(const fs::path& dir, const ArrayMeta& m, std::span<const
   fs::create_directory(dir);
   const std::string zarray = zarray_json(m).dump(4);
   io::write_file_synced(dir / ".zarray", std::as_bytes(std::span(zarray)));
+  io::blosc_params bp = m.blosc;
+  bp.typesize = dtype_size(m.type);
   if (m.shape.empty()) {
-    const auto out = io::compress(m.compressor, m.level, src);
+    const auto out = io::compress(m.compressor, m.level, src, bp);
     io::write_file_synced(dir / "0", out);
     return;
   }
@@ -209,7 +211,7 @@ inline void write_array(const fs::path& dir, const ArrayMeta& m, std::span<const
     idx[0] = static_cast<std::int64_t>(i);
     const fs::path file = dir / chunk_key(idx, m.separator);
     if (m.compressor == io::codec::none) io::write_file_synced(file, part);
-    else io::write_file_synced(file, io::compress(m.compressor, m.level, part));
+    else io::write_file_synced(file, io::compress(m.compressor, m.level, part, bp));
   }
 }
 

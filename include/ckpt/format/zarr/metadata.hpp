@@ -48,6 +48,7 @@ struct ArrayMeta {
   char separator = '.';
   io::codec compressor = io::codec::none;
   int level = 1;
+  io::blosc_params blosc;       // compressor "blosc": cname, shuffle, blocksize
   std::vector<std::byte> fill;  // one element, little-endian; empty: zeros
 
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(element_count(shape)) * dtype_size(type); }
@@ -88,11 +89,18 @@ inline std::optional<io::codec> codec_from_id(std::string_view id) {
   if (id == "gzip") return io::codec::gzip;
   if (id == "zlib") return io::codec::zlib;
   if (id == "zstd") return io::codec::zstd;
+  if (id == "blosc") return io::codec::blosc;
+  if (id == "lz4") return io::codec::lz4;
+  if (id == "bz2") return io::codec::bz2;
   return std::nullopt;
 }
 
 inline json compressor_json(const ArrayMeta& m) {
   if (m.compressor == io::codec::none) return nullptr;
+  if (m.compressor == io::codec::blosc)
+    return json{{"id", "blosc"}, {"cname", m.blosc.cname}, {"clevel", m.level}, {"shuffle", m.blosc.shuffle},
+                {"blocksize", m.blosc.blocksize}};
+  if (m.compressor == io::codec::lz4) return json{{"id", "lz4"}, {"acceleration", m.level}};
   return json{{"id", io::codec_name(m.compressor)}, {"level", m.level}};
 }
 
@@ -230,9 +238,23 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
   if (!comp.is_null()) {
     if (!comp.is_object() || !comp.contains("id") || !comp["id"].is_string()) fail(".zarray: compressor is malformed");
     const auto c = codec_from_id(comp["id"].get<std::string>());
-    if (!c) fail(".zarray: compressor " + comp["id"].dump() + " is not supported (gzip, zlib, zstd or null are)");
+    if (!c) fail(".zarray: compressor " + comp["id"].dump() + " is not supported (gzip, zlib, zstd, blosc, lz4, bz2 or null are)");
     m.compressor = *c;
     if (comp.contains("level") && comp["level"].is_number_integer()) m.level = comp["level"].get<int>();
+    if (*c == io::codec::lz4) m.level = comp.value("acceleration", 1);
+    if (*c == io::codec::blosc) {
+      // numcodecs: shuffle -1 is AUTOSHUFFLE (bit shuffle for 1-byte items, else byte)
+      if (comp.contains("clevel") && comp["clevel"].is_number_integer()) m.level = comp["clevel"].get<int>();
+      if (auto it = comp.find("cname"); it != comp.end()) {
+        if (!it->is_string() || !io::blosc_cname_known(it->get<std::string>())) fail(".zarray: blosc cname is not supported");
+        m.blosc.cname = it->get<std::string>();
+      }
+      if (auto it = comp.find("shuffle"); it != comp.end() && it->is_number_integer()) m.blosc.shuffle = it->get<int>();
+      if (m.blosc.shuffle < 0 || m.blosc.shuffle > 2) m.blosc.shuffle = dtype_size(m.type) == 1 ? 2 : 1;
+      if (auto it = comp.find("blocksize"); it != comp.end() && it->is_number_unsigned())
+        m.blosc.blocksize = std::min<std::size_t>(it->get<std::size_t>(), std::size_t{1} << 30);
+    }
+    m.blosc.typesize = dtype_size(m.type);
   }
   if (auto it = j.find("filters"); it != j.end() && !it->is_null() && !(it->is_array() && it->empty()))
     fail(".zarray: filters are not supported");

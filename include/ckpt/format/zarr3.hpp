@@ -1,0 +1,100 @@
+// ckpt/format/zarr3.hpp — ckpt::zarr_v3: a zarr v3 hierarchy in a directory, read.
+//
+// A directory whose `zarr.json` says node_type "group" is a tree: its subdirectories
+// with a `zarr.json` are its children (groups are inner nodes, arrays leaves); one
+// whose `zarr.json` is an array is a single leaf. The arrays are read through the
+// directory as a key-value store (format/zarr/v3.hpp), the same code that reads zarr
+// v3 arrays inside Orbax's OCDBT databases. ckpt does not write zarr v3.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <ckpt/format/interop/stored.hpp>
+#include <ckpt/format/registry.hpp>
+#include <ckpt/format/zarr.hpp>
+#include <ckpt/format/zarr/v3.hpp>
+#include <ckpt/io/kvstore.hpp>
+
+namespace ckpt {
+
+namespace detail::zarr3 {
+namespace fs = std::filesystem;
+
+inline std::string node_type(const fs::path& dir, const std::string& ckpt, const std::string& path) {
+  const zarr::json j = zarr::read_json_file(dir / "zarr.json", ckpt, path);
+  if (!j.is_object() || !j.contains("zarr_format") || j["zarr_format"] != 3 || !j.contains("node_type") || !j["node_type"].is_string())
+    throw CorruptCheckpointError(ckpt, path, "zarr.json is not zarr v3 metadata");
+  return j["node_type"].get<std::string>();
+}
+
+inline void add_array(interop::IndexBuilder& b, const Path& p, const std::shared_ptr<const io::KvStore>& kv, const std::string& name) {
+  auto a = std::make_shared<zarr::v3::KvArray>(zarr::v3::KvArray::open(kv, name, b.checkpoint(), p.str()));
+  b.add_loaded(p, a->meta.type, a->meta.shape, name.empty() ? "." : name, "zarr3",
+               [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); });
+}
+
+inline void read_group(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const fs::path& dir,
+                       const std::string& rel, Path& p, int depth, std::size_t& nodes) {
+  if (depth > zarr::max_depth) throw CorruptCheckpointError(b.checkpoint(), p.str(), "groups nest too deep");
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (++nodes > zarr::max_nodes) throw CorruptCheckpointError(b.checkpoint(), p.str(), "too many files");
+    const std::string n = it->path().filename().string();
+    if (n.empty() || n[0] == '.' || !zarr::is_dir(it->path()) || !zarr::is_file(it->path() / "zarr.json")) continue;
+    names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  if (names.empty() && !p.empty()) b.add_none(p);
+  for (const auto& n : names) {
+    const std::string r = rel.empty() ? n : rel + "/" + n;
+    p.push(n);
+    const std::string t = node_type(dir / n, b.checkpoint(), p.str());
+    if (t == "array") add_array(b, p, kv, r);
+    else if (t == "group") read_group(b, kv, dir / n, r, p, depth + 1, nodes);
+    else throw CorruptCheckpointError(b.checkpoint(), p.str(), "zarr.json node_type is neither array nor group");
+    p = Path(std::vector<std::string>(p.segments().begin(), p.segments().end() - 1));
+  }
+}
+}  // namespace detail::zarr3
+
+struct zarr_v3 {
+  static constexpr const char* name = "zarr3";
+
+  static bool detect(const std::filesystem::path& dir) {
+    if (!zarr::is_file(dir / "zarr.json")) return false;
+    try {
+      const auto j = zarr::read_json_file(dir / "zarr.json", dir.string(), "");
+      return j.is_object() && j.contains("zarr_format") && j["zarr_format"] == 3;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+  static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
+
+  static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
+    const std::string ckpt = dir.string();
+    interop::IndexBuilder b(ckpt);
+    auto kv = std::make_shared<io::DirectoryKv>(dir);
+    Path p;
+    const std::string t = detail::zarr3::node_type(dir, ckpt, "");
+    if (t == "array") {
+      detail::zarr3::add_array(b, p, kv, "");
+    } else if (t == "group") {
+      std::size_t nodes = 0;
+      detail::zarr3::read_group(b, kv, dir, "", p, 0, nodes);
+    } else {
+      throw CorruptCheckpointError(ckpt, "", "zarr.json node_type is neither array nor group");
+    }
+    IndexInfo info;
+    info.format = "zarr";
+    info.format_version = 3;
+    return b.build(std::move(info));
+  }
+};
+static_assert(readable_format<zarr_v3>);
+inline const bool zarr_v3_registered = register_format<zarr_v3>(31);
+
+}  // namespace ckpt
