@@ -6,7 +6,7 @@
 //   ckpt show PATH LEAF [--json] [-n N]   min, max, mean, std and the first values
 //   ckpt verify PATH             reads everything, checks checksums (exit 1: broken leaves)
 //   ckpt diff A B [--json]       added, removed and changed leaves
-//   ckpt convert SRC DST --to native|flax|t5x|orbax|zarr
+//   ckpt convert SRC DST --to native|flax|t5x|orbax|zarr|safetensors
 // Bad input: a message on stderr and exit code 2.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -322,6 +322,7 @@ int cmd_convert(const fs::path& src, const fs::path& dst, const std::string& to,
   else if (to == "t5x") ckpt::save_snapshot<ckpt::t5x>(dst, snap, o);
   else if (to == "orbax") ckpt::save_snapshot<ckpt::orbax>(dst, snap, o);
   else if (to == "zarr") ckpt::save_snapshot<ckpt::zarr_v2>(dst, snap, o);
+  else if (to == "safetensors") ckpt::save_snapshot<ckpt::safetensors>(dst, snap, o);
   else throw BadInput("unknown format " + to);
   std::printf("%s (%s) -> %s (%s): %zu leaves\n", src.c_str(), index->info().format.c_str(), dst.c_str(), to.c_str(),
               snap.leaves.size());
@@ -357,9 +358,9 @@ int main(int argc, char** argv) {
   auto* convert = app.add_subcommand("convert", "any readable format into any writable one");
   convert->add_option("SRC", a, "a checkpoint")->required();
   convert->add_option("DST", b, "where to write")->required();
-  convert->add_option("--to", to, "native, flax, t5x, orbax or zarr")
+  convert->add_option("--to", to, "native, flax, t5x, orbax, zarr or safetensors")
       ->required()
-      ->check(CLI::IsMember({"native", "flax", "t5x", "orbax", "zarr"}));
+      ->check(CLI::IsMember({"native", "flax", "t5x", "orbax", "zarr", "safetensors"}));
   convert->add_flag("--force", force, "overwrite DST");
 
   try {

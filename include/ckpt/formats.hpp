@@ -1,4 +1,4 @@
-// ckpt/formats.hpp — every interop format: Orbax, t5x, zarr v2 and Flax msgpack.
+// ckpt/formats.hpp — every interop format: Orbax, t5x, zarr v2, Flax msgpack and safetensors.
 //
 // Opt-in: <ckpt/ckpt.hpp> reads and writes the native format only, so that a program
 // that never meets another format does not compile their readers. Including this header
@@ -10,6 +10,7 @@
 
 #include <ckpt/format/flax.hpp>
 #include <ckpt/format/orbax.hpp>
+#include <ckpt/format/safetensors.hpp>
 #include <ckpt/format/t5x.hpp>
 #include <ckpt/format/zarr.hpp>
 #include <ckpt/flax_checkpoints.hpp>
@@ -19,4 +20,5 @@ static_assert(format_policy<flax_msgpack>);
 static_assert(format_policy<t5x>);
 static_assert(format_policy<orbax>);
 static_assert(format_policy<zarr_v2>);
+static_assert(format_policy<safetensors>);
 }  // namespace ckpt

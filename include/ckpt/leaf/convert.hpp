@@ -45,7 +45,7 @@ decltype(auto) visit_element_type(dtype d, F&& f) {
     case dtype::float64: return f(element_tag<double>{});
     case dtype::complex64: return f(element_tag<std::complex<float>>{});
     case dtype::complex128: return f(element_tag<std::complex<double>>{});
-    case dtype::string: case dtype::none: break;
+    case dtype::string: case dtype::none: case dtype::float8_e4m3fn: case dtype::float8_e5m2: break;
   }
   return f(element_tag<void>{});
 }

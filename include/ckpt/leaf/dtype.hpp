@@ -20,12 +20,17 @@ enum class dtype : std::uint8_t {
   bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
   float16, bfloat16, float32, float64, complex64, complex128,
   string, none,
+  // Storage-only (safetensors F8_E4M3 / F8_E5M2, ml_dtypes' names): saved, listed and
+  // copied byte for byte; no C++ element type converts to or from them. Appended so
+  // that the values of the older enumerators stay what schemas were hashed with.
+  float8_e4m3fn, float8_e5m2,
 };
 
 inline constexpr dtype all_dtypes[] = {
     dtype::bool_,   dtype::int8,     dtype::int16,   dtype::int32,   dtype::int64,     dtype::uint8,
     dtype::uint16,  dtype::uint32,   dtype::uint64,  dtype::float16, dtype::bfloat16,  dtype::float32,
-    dtype::float64, dtype::complex64, dtype::complex128, dtype::string, dtype::none};
+    dtype::float64, dtype::complex64, dtype::complex128, dtype::string, dtype::none,
+    dtype::float8_e4m3fn, dtype::float8_e5m2};
 
 constexpr std::string_view dtype_name(dtype d) noexcept {
   switch (d) {
@@ -46,6 +51,8 @@ constexpr std::string_view dtype_name(dtype d) noexcept {
     case dtype::complex128: return "complex128";
     case dtype::string: return "string";
     case dtype::none: return "none";
+    case dtype::float8_e4m3fn: return "float8_e4m3fn";
+    case dtype::float8_e5m2: return "float8_e5m2";
   }
   return "?";
 }
@@ -60,6 +67,7 @@ constexpr std::optional<dtype> dtype_from_name(std::string_view name) noexcept {
 constexpr std::size_t dtype_size(dtype d) noexcept {
   switch (d) {
     case dtype::bool_: case dtype::int8: case dtype::uint8: case dtype::string: return 1;
+    case dtype::float8_e4m3fn: case dtype::float8_e5m2: return 1;
     case dtype::int16: case dtype::uint16: case dtype::float16: case dtype::bfloat16: return 2;
     case dtype::int32: case dtype::uint32: case dtype::float32: return 4;
     case dtype::int64: case dtype::uint64: case dtype::float64: case dtype::complex64: return 8;

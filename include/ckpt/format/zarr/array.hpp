@@ -79,7 +79,7 @@ inline std::string typestr(dtype d) {
     case dtype::float64: return "<f8";
     case dtype::complex64: return "<c8";
     case dtype::complex128: return "<c16";
-    case dtype::string: case dtype::none: break;
+    case dtype::string: case dtype::none: case dtype::float8_e4m3fn: case dtype::float8_e5m2: break;
   }
   throw Error("zarr has no dtype for ckpt's " + std::string(dtype_name(d)));
 }
