@@ -1,4 +1,5 @@
-// ckpt/formats.hpp — every interop format: Orbax, t5x, zarr v2, Flax msgpack and safetensors.
+// ckpt/formats.hpp — every interop format: Orbax, t5x, zarr v2, Flax msgpack and safetensors,
+// and TensorFlow checkpoints (read-only).
 //
 // Opt-in: <ckpt/ckpt.hpp> reads and writes the native format only, so that a program
 // that never meets another format does not compile their readers. Including this header
@@ -12,6 +13,7 @@
 #include <ckpt/format/orbax.hpp>
 #include <ckpt/format/safetensors.hpp>
 #include <ckpt/format/t5x.hpp>
+#include <ckpt/format/tensorflow.hpp>
 #include <ckpt/format/zarr.hpp>
 #include <ckpt/flax_checkpoints.hpp>
 
