@@ -16,6 +16,7 @@
 #include <ckpt/format/tensorflow.hpp>
 #include <ckpt/format/zarr.hpp>
 #include <ckpt/flax_checkpoints.hpp>
+#include <ckpt/t5x_checkpoints.hpp>
 
 namespace ckpt {
 static_assert(format_policy<flax_msgpack>);

@@ -53,6 +53,7 @@
 #include <ckpt/retain/keep.hpp>
 #include <ckpt/retain/record.hpp>
 #include <ckpt/retain/save_decision.hpp>
+#include <ckpt/retain/tensorboard.hpp>
 #include <ckpt/save.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/snapshot_edit.hpp>
@@ -99,6 +100,16 @@ struct ManagerOptions {
   // How each step's state is written (.force is ignored: see SaveArgs). By default
   // large leaves go to one data file per hardware thread (at most 8), written in parallel.
   SaveOptions save_options{.data_files = 0};
+  // With best_metric named "{run_name}/{tag_name}" ("train/accuracy"): rank steps by the
+  // values the TensorBoard event files in <root>/../{run_name} hold for tag_name, as
+  // t5x's SaveBestCheckpointer does; they override values given to save(). Steps with no
+  // value follow keep_checkpoints_without_metrics; the latest step is always kept.
+  bool best_metric_from_tensorboard = false;
+  // Keep the item `dataset_item` (a data-iterator position) only in this many of the
+  // newest steps holding it: older steps lose the item but stay (t5x's
+  // keep_dataset_checkpoints). Unset: never removed.
+  std::optional<int> keep_dataset_checkpoints{};
+  std::string dataset_item = "dataset";
 };
 
 struct SaveArgs {
@@ -264,7 +275,7 @@ class CheckpointManager {
   // The best committed step by best_metric (ties: the later); none without best_metric.
   std::optional<std::int64_t> best_step() const {
     if (options_.best_metric.empty()) return std::nullopt;
-    return retain::best(records(), options_.best_metric, options_.best_mode);
+    return retain::best(ranked_records(), options_.best_metric, options_.best_mode);
   }
 
   Metrics metrics(std::int64_t step) const { return info(step).metrics; }
@@ -364,6 +375,14 @@ class CheckpointManager {
       bad("step_format_fixed_length must be in [0, 19]");
     if (options_.step_prefix.find('/') != std::string::npos || options_.step_prefix.starts_with("."))
       bad("step_prefix must not contain '/' nor start with '.'");
+    if (options_.best_metric_from_tensorboard) {
+      const auto slash = options_.best_metric.find('/');
+      if (slash == std::string::npos || slash == 0 || slash + 1 == options_.best_metric.size())
+        bad("best_metric_from_tensorboard needs best_metric named {run_name}/{tag_name}, e.g. \"train/accuracy\"");
+    }
+    if (options_.keep_dataset_checkpoints && *options_.keep_dataset_checkpoints < 0)
+      bad("keep_dataset_checkpoints must be >= 0");
+    if (options_.keep_dataset_checkpoints) manager_detail::check_item_name(root_, options_.dataset_item);
     if (!options_.todelete_subdir.empty()) {
       const std::filesystem::path sub(options_.todelete_subdir);
       bool dots = false;
@@ -463,6 +482,19 @@ class CheckpointManager {
     return out;
   }
 
+  // records(), with best_metric read from TensorBoard when asked (outside the lock: it reads files).
+  std::vector<retain::StepRecord> ranked_records() const {
+    auto out = records();
+    if (options_.best_metric_from_tensorboard) {
+      const auto logged = tensorboard::read_metric(root_, options_.best_metric);
+      for (auto& r : out) {
+        r.metrics.erase(options_.best_metric);
+        if (const auto it = logged.find(r.step); it != logged.end()) r.metrics[options_.best_metric] = it->second;
+      }
+    }
+    return out;
+  }
+
   // The directory of a step to read: waits for a save in flight so that it is listed.
   std::filesystem::path dir_to_read(std::optional<std::int64_t> step) {
     executor_.wait_idle();
@@ -525,7 +557,7 @@ class CheckpointManager {
     const retain::RetentionOptions r{options_.max_to_keep,  options_.keep_period,
                                      options_.keep_time_interval, options_.best_metric,
                                      options_.best_mode,    options_.keep_checkpoints_without_metrics};
-    for (std::int64_t step : retain::steps_to_delete(records(), r)) {
+    for (std::int64_t step : retain::steps_to_delete(ranked_records(), r)) {
       std::string name;
       {
         std::lock_guard lock(mu_);
@@ -535,6 +567,44 @@ class CheckpointManager {
         steps_.erase(it);
       }
       remove_step_dir(name);
+    }
+    if (options_.keep_dataset_checkpoints) prune_dataset_items(*options_.keep_dataset_checkpoints);
+  }
+
+  // Removes the dataset item from all but the newest `keep` steps holding it. The step's
+  // metadata is rewritten first (atomically, by rename), so that a crash in between
+  // leaves an unlisted item directory, never a listed item that is gone.
+  void prune_dataset_items(int keep) {
+    std::vector<std::pair<std::int64_t, std::string>> holders;  // newest first
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = steps_.rbegin(); it != steps_.rend(); ++it)
+        if (it->second.items.count(options_.dataset_item)) holders.emplace_back(it->first, it->second.name);
+    }
+    for (std::size_t i = static_cast<std::size_t>(keep); i < holders.size(); ++i) {
+      const auto dir = root_ / holders[i].second;
+      const auto file = dir / manager_detail::step_metadata_file;
+      const auto bytes = io::read_file(file, manager_detail::max_step_metadata_bytes);
+      auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+      std::string kind;
+      if (j.is_object() && j.contains("items") && j["items"].is_object() && j["items"].contains(options_.dataset_item)) {
+        kind = j["items"][options_.dataset_item].is_string() ? j["items"][options_.dataset_item].get<std::string>() : "";
+        j["items"].erase(options_.dataset_item);
+        const std::string text = j.dump(1);
+        const auto tmp = dir / (std::string(io::staging_prefix) + manager_detail::step_metadata_file + "-" +
+                                io::detail::random_suffix());
+        io::write_file_synced(tmp, std::as_bytes(std::span(text)));
+        std::filesystem::rename(tmp, file);
+        io::sync_dir(dir);
+      }
+      {
+        std::lock_guard lock(mu_);
+        if (const auto it = steps_.find(holders[i].first); it != steps_.end()) it->second.items.erase(options_.dataset_item);
+      }
+      std::error_code ec;
+      const auto base = dir / manager_detail::items_dir;
+      std::filesystem::remove_all(base / options_.dataset_item, ec);
+      std::filesystem::remove(base / (options_.dataset_item + ".json"), ec);
     }
   }
 
