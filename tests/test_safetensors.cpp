@@ -12,7 +12,7 @@ namespace safetensors_test {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const fs::path samples = fs::path(CKPT_SOURCE_DIR) / "tests/data/safetensors";
+const fs::path samples = fs::path(CKPT_FIXTURES_DIR) / "safetensors";
 
 struct Layer {
   xt::xtensor<float, 2> weight;

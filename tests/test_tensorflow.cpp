@@ -15,7 +15,7 @@ namespace tensorflow_test {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const fs::path data_dir = fs::path(CKPT_SOURCE_DIR) / "tests/data/tf";
+const fs::path data_dir = fs::path(CKPT_FIXTURES_DIR) / "tf";
 const fs::path serving = data_dir / "serving_bundles";
 const fs::path mtf = data_dir / "mtf_tiny_t5_partial";
 
