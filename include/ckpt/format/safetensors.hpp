@@ -34,6 +34,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,6 +42,7 @@
 #include <ckpt/format/flax.hpp>  // flax_detail::commit_file: the atomic single-file commit
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/native/manifest.hpp>
+#include <ckpt/format/native/writer.hpp>  // write_piece, start_writeback
 #include <ckpt/format/registry.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/io/mapped_file.hpp>
@@ -103,6 +105,9 @@ inline std::string tensor_name(const Path& p, const std::string& checkpoint) {
   return s;
 }
 
+// A tensor name as messages show it: untrusted, so cut short.
+inline std::string shown(const std::string& name) { return name.size() > 200 ? name.substr(0, 200) + "..." : name; }
+
 inline Path path_of(std::string_view name) {
   std::vector<std::string> segs;
   std::size_t at = 0;
@@ -154,19 +159,42 @@ inline void write_file(const fs::path& file, const std::vector<const SnapshotLea
     h[name] = {{"dtype", *name_of(l->data.type)}, {"shape", l->data.shape}, {"data_offsets", {at, at + n}}};
     at += n;
   }
-  std::string header = h.dump();
+  std::string header;
+  try {
+    header = h.dump();
+  } catch (const json::exception&) {
+    throw Error(checkpoint, "", "a tensor name or metadata value is not valid UTF-8, which the JSON header needs");
+  }
   header.append((8 - header.size() % 8) % 8, ' ');  // the data buffer starts 8-aligned
   std::byte len[8];
   const std::uint64_t hl = header.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<std::byte>((hl >> (8 * i)) & 0xff);
-  std::vector<iovec> iov;
-  iov.reserve(leaves.size() + 2);
-  iov.push_back({len, 8});
-  iov.push_back({header.data(), header.size()});
-  for (const SnapshotLeaf* l : leaves)
-    if (!l->data.view.empty()) iov.push_back({const_cast<std::byte*>(l->data.view.data()), l->data.view.size()});
+  // Written in pieces with writeback started every 32 MiB, as the native writer does:
+  // the disk then works while later pieces are copied, instead of all at the final fsync.
+  namespace nd = native_format::detail;
   io::File f = io::File::create(file);
-  io::write_all(f, std::move(iov), file);
+  std::vector<iovec> batch{{len, 8}, {header.data(), header.size()}};
+  std::size_t batch_bytes = 8 + header.size();
+  std::uint64_t written = 0, flushed = 0;
+  auto flush_batch = [&] {
+    io::write_all(f, std::move(batch), file);
+    batch.clear();
+    written += std::exchange(batch_bytes, 0);
+    if (written - flushed >= nd::writeback_chunk) {
+      nd::start_writeback(f, flushed, written - flushed);
+      flushed = written;
+    }
+  };
+  for (const SnapshotLeaf* l : leaves) {
+    const auto bytes = l->data.view;
+    for (std::size_t done = 0; done < bytes.size(); done += nd::write_piece) {
+      const std::size_t n = std::min(nd::write_piece, bytes.size() - done);
+      batch.push_back({const_cast<std::byte*>(bytes.data() + done), n});
+      batch_bytes += n;
+      if (batch.size() >= 512 || batch_bytes >= nd::write_piece) flush_batch();
+    }
+  }
+  if (!batch.empty()) flush_batch();
   f.sync(file);
 }
 
@@ -203,7 +231,12 @@ inline void write_dir(const Snapshot& snap, const fs::path& dir, std::uint64_t m
     for (const SnapshotLeaf* l : shards[i]) weight_map[tensor_name(l->path, checkpoint)] = fname;
   }
   const json index = {{"metadata", {{"total_size", snap.total_bytes()}}}, {"weight_map", weight_map}};
-  const std::string text = index.dump(2) + "\n";
+  std::string text;
+  try {
+    text = index.dump(2) + "\n";
+  } catch (const json::exception&) {
+    throw Error(checkpoint, "", "a tensor name is not valid UTF-8, which the JSON index needs");
+  }
   io::write_file_synced(dir / index_file, std::as_bytes(std::span(text.data(), text.size())));
 }
 
@@ -281,35 +314,36 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
       }
       continue;
     }
-    const std::string shown = quote_for_message(name.substr(0, 200));
-    if (!v.is_object()) fail(name, "tensor " + shown + " is not an object");
+    const std::string& name_in_message = safetensors_detail::shown(name);
+    auto fail_t = [&](const std::string& what) { fail(name_in_message, what); };
+    if (!v.is_object()) fail_t("tensor " + quote_for_message(name_in_message) + " is not an object");
     const auto dt = v.find("dtype");
     const auto sh = v.find("shape");
     const auto off = v.find("data_offsets");
-    if (dt == v.end() || !dt->is_string()) fail(name, "tensor " + shown + " has no dtype string");
+    if (dt == v.end() || !dt->is_string()) fail_t("tensor " + quote_for_message(name_in_message) + " has no dtype string");
     const std::string& dts = dt->get_ref<const std::string&>();
     const auto type = dtype_of(dts);
-    if (!type) fail(name, "unknown dtype " + quote_for_message(dts.substr(0, 40)));
-    if (sh == v.end() || !sh->is_array() || sh->size() > max_rank) fail(name, "shape is not a list of at most 64 sizes");
+    if (!type) fail_t("unknown dtype " + quote_for_message(dts.substr(0, 40)));
+    if (sh == v.end() || !sh->is_array() || sh->size() > max_rank) fail_t("shape is not a list of at most 64 sizes");
     Shape shape;
     for (const auto& d : *sh) {
-      if (!d.is_number_unsigned()) fail(name, "shape holds something other than a non-negative integer");
+      if (!d.is_number_unsigned()) fail_t("shape holds something other than a non-negative integer");
       const auto u = d.get<std::uint64_t>();
-      if (u > (std::uint64_t{1} << 62)) fail(name, "dimension " + std::to_string(u) + " is implausibly large");
+      if (u > (std::uint64_t{1} << 62)) fail_t("dimension " + std::to_string(u) + " is implausibly large");
       shape.push_back(static_cast<std::int64_t>(u));
     }
     const std::int64_t count = element_count(shape);
-    if (count < 0) fail(name, "shape " + shape_str(shape) + " overflows");
+    if (count < 0) fail_t("shape " + shape_str(shape) + " overflows");
     if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
         !(*off)[1].is_number_unsigned())
-      fail(name, "data_offsets is not [begin, end]");
+      fail_t("data_offsets is not [begin, end]");
     const auto b = (*off)[0].get<std::uint64_t>(), e = (*off)[1].get<std::uint64_t>();
-    if (b > e) fail(name, "data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + "] end before they begin");
+    if (b > e) fail_t("data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + "] end before they begin");
     if (e > data_size)
-      fail(name, "data_offsets end at " + std::to_string(e) + ", past the data (" + std::to_string(data_size) + " bytes)");
+      fail_t("data_offsets end at " + std::to_string(e) + ", past the data (" + std::to_string(data_size) + " bytes)");
     const std::uint64_t want = static_cast<std::uint64_t>(count);
     if (want > (std::uint64_t{1} << 62) / dtype_size(*type) || want * dtype_size(*type) != e - b)
-      fail(name, "shape " + shape_str(shape) + " of " + dts + " needs " + std::to_string(want) + " elements but " +
+      fail_t("shape " + shape_str(shape) + " of " + dts + " needs " + std::to_string(want) + " elements but " +
                      std::to_string(e - b) + " bytes are stored");
     out.tensors.push_back({name, *type, std::move(shape), data_start + b, data_start + e});
   }
@@ -322,8 +356,8 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
   });
   std::uint64_t at = data_start;
   for (const auto* t : by_offset) {
-    if (t->begin < at) fail(t->name, "tensor overlaps the one before it in the data buffer");
-    if (t->begin > at) fail(t->name, "gap of " + std::to_string(t->begin - at) + " bytes before the tensor's data");
+    if (t->begin < at) fail(shown(t->name), "tensor overlaps the one before it in the data buffer");
+    if (t->begin > at) fail(shown(t->name), "gap of " + std::to_string(t->begin - at) + " bytes before the tensor's data");
     at = t->end;
   }
   if (at != all.size())
@@ -339,8 +373,8 @@ inline void add_file(interop::IndexBuilder& b, const ParsedFile& f, const std::s
     if (weight_map) {
       const auto it = weight_map->find(t.name);
       if (it == weight_map->end() || it->second != *expected_file)
-        throw CorruptCheckpointError(b.checkpoint(), t.name,
-                                     *expected_file + " holds tensor " + quote_for_message(t.name) +
+        throw CorruptCheckpointError(b.checkpoint(), shown(t.name),
+                                     *expected_file + " holds tensor " + quote_for_message(shown(t.name)) +
                                          ", which the weight_map of " + index_file + " puts elsewhere or nowhere");
     }
     const auto bytes = all.subspan(static_cast<std::size_t>(t.begin), static_cast<std::size_t>(t.end - t.begin));
@@ -377,7 +411,7 @@ inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, con
   std::vector<std::string> files;
   for (auto it = wm->begin(); it != wm->end(); ++it) {
     if (!it.value().is_string() || !plain_file_name(it.value().get<std::string>()))
-      throw CorruptCheckpointError(checkpoint, it.key(),
+      throw CorruptCheckpointError(checkpoint, shown(it.key()),
                                    "weight_map entry is not a file name inside the checkpoint directory");
     const auto& f = it.value().get_ref<const std::string&>();
     weight_map[it.key()] = f;
@@ -400,8 +434,8 @@ inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, con
   }
   for (const auto& [name, file] : weight_map)
     if (!found.count(name))
-      throw CorruptCheckpointError(checkpoint, name,
-                                   "the weight_map puts tensor " + quote_for_message(name) + " in " + file +
+      throw CorruptCheckpointError(checkpoint, shown(name),
+                                   "the weight_map puts tensor " + quote_for_message(shown(name)) + " in " + quote_for_message(shown(file)) +
                                        ", which does not hold it");
   IndexInfo info = info_from(metadata);
   info.format = "safetensors-sharded";
@@ -487,8 +521,11 @@ struct safetensors {
       if (std::filesystem::is_regular_file(p / sd::index_file, ec)) {
         const auto idx = open(p);
         if (idx->entries().empty()) return {};
+        std::vector<std::filesystem::path> shards;
         for (const auto& e : std::filesystem::directory_iterator(p))
-          if (e.path().extension() == ".safetensors") return sd::parse_file(e.path(), p.string()).metadata;
+          if (e.path().extension() == ".safetensors") shards.push_back(e.path());
+        if (shards.empty()) return {};
+        return sd::parse_file(*std::min_element(shards.begin(), shards.end()), p.string()).metadata;
       }
     }
     return sd::parse_file(file, p.string()).metadata;

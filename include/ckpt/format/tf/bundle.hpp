@@ -262,7 +262,8 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
   for (const auto& kv : entries) {
     if (kv.key.empty() || kv.key[0] == '\0') continue;
     const std::string& name = kv.key;
-    auto fail = [&](const std::string& what) { throw CorruptCheckpointError(ckpt, name, what); };
+    const std::string shown = name.size() > 200 ? name.substr(0, 200) + "..." : name;  // untrusted
+    auto fail = [&](const std::string& what) { throw CorruptCheckpointError(ckpt, shown, what); };
     proto::BundleEntry be;
     if (!proto::parse_entry(kv.value, be)) fail("malformed BundleEntryProto");
     const auto type = dtype_of(be.dtype);
