@@ -298,7 +298,7 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
   try {
     h = json::parse(reinterpret_cast<const char*>(text.data()), reinterpret_cast<const char*>(text.data()) + text.size());
   } catch (const json::exception& e) {
-    fail("", std::string("header is not valid JSON (") + e.what() + ")");
+    fail("", "header is not valid JSON (" + shown(e.what()) + ")");
   }
   if (!h.is_object()) fail("", "header is not a JSON object");
   const std::uint64_t data_start = 8 + n;
@@ -309,7 +309,8 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
     if (name == "__metadata__") {
       if (!v.is_object()) fail("", "__metadata__ is not an object of strings");
       for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) fail("", "__metadata__ value of " + quote_for_message(m.key()) + " is not a string");
+        if (!m.value().is_string())
+          fail("", "__metadata__ value of " + quote_for_message(shown(m.key())) + " is not a string");
         out.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -402,7 +403,7 @@ inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, con
   try {
     j = json::parse(reinterpret_cast<const char*>(raw.data()), reinterpret_cast<const char*>(raw.data()) + raw.size());
   } catch (const json::exception& e) {
-    throw CorruptCheckpointError(checkpoint, "", index_path.filename().string() + " is not valid JSON (" + e.what() + ")");
+    throw CorruptCheckpointError(checkpoint, "", index_path.filename().string() + " is not valid JSON (" + shown(e.what()) + ")");
   }
   const auto wm = j.is_object() ? j.find("weight_map") : j.end();
   if (wm == j.end() || !wm->is_object())
