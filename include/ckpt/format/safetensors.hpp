@@ -106,7 +106,12 @@ inline std::string tensor_name(const Path& p, const std::string& checkpoint) {
 }
 
 // A tensor name as messages show it: untrusted, so cut short.
-inline std::string shown(const std::string& name) { return name.size() > 200 ? name.substr(0, 200) + "..." : name; }
+inline std::string shown(const std::string& name) {
+  if (name.size() <= 200) return name;
+  std::string s(name, 0, 200);
+  s.append("...");
+  return s;
+}
 
 inline Path path_of(std::string_view name) {
   std::vector<std::string> segs;
@@ -315,7 +320,7 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
       }
       continue;
     }
-    const std::string& name_in_message = safetensors_detail::shown(name);
+    const std::string name_in_message = safetensors_detail::shown(name);
     auto fail_t = [&](const std::string& what) { fail(name_in_message, what); };
     if (!v.is_object()) fail_t("tensor " + quote_for_message(name_in_message) + " is not an object");
     const auto dt = v.find("dtype");

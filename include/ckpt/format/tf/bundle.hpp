@@ -262,7 +262,8 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
   for (const auto& kv : entries) {
     if (kv.key.empty() || kv.key[0] == '\0') continue;
     const std::string& name = kv.key;
-    const std::string shown = name.size() > 200 ? name.substr(0, 200) + "..." : name;  // untrusted
+    std::string shown(name, 0, std::min<std::size_t>(name.size(), 200));  // untrusted: cut short
+    if (name.size() > 200) shown.append("...");
     auto fail = [&](const std::string& what) { throw CorruptCheckpointError(ckpt, shown, what); };
     proto::BundleEntry be;
     if (!proto::parse_entry(kv.value, be)) fail("malformed BundleEntryProto");
