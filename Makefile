@@ -5,6 +5,7 @@
 #   make sanitize   ASan+UBSan build and tests (build-asan/)
 #   make tsan       ThreadSanitizer build and tests (build-tsan/)
 #   make clang      clang++ build and tests against the single header (build-clang/)
+#   make clang-sanitize  the same with ASan+UBSan at -O1, as CI runs it (build-clang-san/)
 #   make single-include / check-single-include
 #   make meson-test meson build and tests ($(MESON_BUILD_DIR)/)
 #   make clean      remove all build directories
@@ -20,14 +21,15 @@ BUILD_DIR ?= build
 ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 CLANG_BUILD_DIR ?= build-clang
+CLANG_SAN_BUILD_DIR ?= build-clang-san
 MESON_BUILD_DIR ?= build-meson
 , := ,
 
 # configure (always: cheap, and picks up new options) then build
-# $(1) build dir, $(2) extra cmake flags
+# $(1) build dir, $(2) extra cmake flags, $(3) targets (default: all)
 define cmake_build
 	cmake -S . -B $(1) -G $(GENERATOR) $(2) $(CMAKE_FLAGS)
-	cmake --build $(1) -j $(JOBS)
+	cmake --build $(1) -j $(JOBS) $(if $(3),--target $(3))
 endef
 
 # $(1) build dir
@@ -35,7 +37,7 @@ define ctest_run
 	ctest --test-dir $(1) --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
 endef
 
-.PHONY: all deps build test demo sanitize tsan clang single-include \
+.PHONY: all deps build test demo sanitize tsan clang clang-sanitize single-include \
         check-single-include meson meson-test clean distclean
 
 all: build
@@ -49,8 +51,10 @@ build: deps
 test: build
 	$(call ctest_run,$(BUILD_DIR))
 
+# The demo builds only what it runs: not the tests, benchmarks or tools.
 DEMO_DIR := $(BUILD_DIR)/demo-run
-demo: build
+demo: deps
+	$(call cmake_build,$(BUILD_DIR),,train_and_resume)
 	rm -rf $(DEMO_DIR)
 	@echo "=== first run: starts from scratch ==="
 	$(BUILD_DIR)/examples/train_and_resume $(DEMO_DIR)
@@ -74,6 +78,13 @@ clang: deps
 	$(call cmake_build,$(CLANG_BUILD_DIR),-DCMAKE_CXX_COMPILER=clang++ -DCKPT_USE_SINGLE_INCLUDE=ON $(CHECK_ONLY))
 	$(call ctest_run,$(CLANG_BUILD_DIR))
 
+# What CI runs after the gcc build: one build that checks three things at once
+# (clang, the single header in header-only mode, ASan+UBSan), at -O1 to compile faster.
+clang-sanitize: deps
+	$(call cmake_build,$(CLANG_SAN_BUILD_DIR),-DCMAKE_CXX_COMPILER=clang++ -DCKPT_USE_SINGLE_INCLUDE=ON \
+	  -DCKPT_SANITIZE=address$(,)undefined -DCKPT_CONSUMER_TESTS=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" $(CHECK_ONLY))
+	$(call ctest_run,$(CLANG_SAN_BUILD_DIR))
+
 single-include:
 	$(PYTHON) tools/amalgamate.py -o single_include/ckpt/ckpt.hpp
 
@@ -96,7 +107,7 @@ meson-test: meson
 	meson test -C $(MESON_BUILD_DIR) --print-errorlogs --num-processes $(JOBS)
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(CLANG_BUILD_DIR) $(MESON_BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(CLANG_BUILD_DIR) $(CLANG_SAN_BUILD_DIR) $(MESON_BUILD_DIR)
 
 # also drops the unpacked Boost / msgpack headers
 distclean: clean

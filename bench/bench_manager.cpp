@@ -12,6 +12,9 @@
 // does from its second call on, since the snapshot buffer is reused) and into a fresh
 // allocation (what the first save() does: the kernel must map and zero every page).
 #include <ckpt/ckpt.hpp>
+#include <ckpt/manager.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
 
 #include <sys/mman.h>
 

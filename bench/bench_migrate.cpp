@@ -16,6 +16,10 @@
 #include <vector>
 
 #include <ckpt/ckpt.hpp>
+#include <ckpt/io/file.hpp>
+#include <ckpt/migrate.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
 
 namespace fs = std::filesystem;
 using clk = std::chrono::steady_clock;

@@ -34,6 +34,9 @@
 #include <vector>
 
 #include <ckpt/ckpt.hpp>
+#include <ckpt/io/staging_dir.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
 
 namespace fs = std::filesystem;
 using clk = std::chrono::steady_clock;

@@ -14,7 +14,10 @@ if(CKPT_USE_SINGLE_INCLUDE)
   target_link_libraries(ckpt_single_include INTERFACE ${CKPT_DEPS_TARGETS})
   set(CKPT_DEV_LIBRARY ckpt_single_include)
 else()
-  set(CKPT_DEV_LIBRARY ckpt::ckpt)
+  # Our own programs build in separate-compilation mode: the machinery compiles once
+  # (src/ckpt.cpp) instead of in every test file. The single-header build above and the
+  # consumer tests cover header-only mode.
+  set(CKPT_DEV_LIBRARY ckpt::compiled)
 endif()
 
 set(CKPT_SANITIZE_FLAGS "")
@@ -35,6 +38,10 @@ function(ckpt_target_options target)
   set_target_properties(${target} PROPERTIES
     CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
 endfunction()
+
+if(TARGET ckpt_compiled AND NOT CKPT_USE_SINGLE_INCLUDE)
+  ckpt_target_options(ckpt_compiled)
+endif()
 
 # One executable per <dir>/*.cpp, named after the file, built at -O2 whatever
 # the build type, and placed in <build>/<dir>/.

@@ -8,6 +8,9 @@
 // checked by the compiler, restores a checkpoint written by any of the three into
 // TrainStateV3. The example writes one checkpoint per version and restores each.
 #include <ckpt/ckpt.hpp>
+#include <ckpt/migrate.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
 
 #include <cstdio>
 #include <filesystem>

@@ -13,6 +13,9 @@
 // so the losses continue as if it had never stopped. SIGTERM (a preemption notice)
 // makes it save the current step and exit cleanly.
 #include <ckpt/ckpt.hpp>
+#include <ckpt/manager.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
 
 #include <xtensor/xmath.hpp>
 #include <xtensor/xrandom.hpp>

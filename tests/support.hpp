@@ -6,6 +6,12 @@
 #include <doctest/doctest.h>
 
 #include <ckpt/formats.hpp>
+#include <ckpt/manager.hpp>
+#include <ckpt/migrate.hpp>
+
+#include <xtensor/xarray.hpp>
+#include <xtensor/xfixed.hpp>
+#include <xtensor/xtensor.hpp>
 
 #include <cstdio>
 #include <cstdlib>

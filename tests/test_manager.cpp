@@ -73,7 +73,7 @@ ckpt::retain::StepRecord rec(std::int64_t step, double seconds = 0, ckpt::Metric
   return {step, system_clock::time_point(duration_cast<system_clock::duration>(duration<double>(seconds))), m};
 }
 
-std::set<std::int64_t> keep(const std::vector<ckpt::retain::StepRecord>& r, const ckpt::retain::RetentionOptions& o) {
+std::set<std::int64_t> keep(const std::vector<ckpt::retain::StepRecord>& r, const ckpt::ManagerOptions& o) {
   return ckpt::retain::steps_to_keep(r, o);
 }
 
@@ -136,7 +136,7 @@ TEST_CASE("retain: keep_period and keep_time_interval protect steps from max_to_
 
 TEST_CASE("retain: should_save follows the interval, save_on_steps and preemption") {
   using ckpt::retain::should_save;
-  const ckpt::retain::SaveDecision d{.save_interval_steps = 5, .save_on_steps = {7}};
+  const ckpt::ManagerOptions d{.save_interval_steps = 5, .save_on_steps = {7}};
   CHECK(should_save(3, std::nullopt, d));  // nothing saved yet: any step
   CHECK(should_save(10, 5, d));
   CHECK_FALSE(should_save(11, 5, d));
@@ -150,7 +150,7 @@ TEST_CASE("retain: should_save follows the interval, save_on_steps and preemptio
 // ---------------------------------------------------------------- names and listing
 
 TEST_CASE("manager: step names with step_prefix and step_format_fixed_length") {
-  const ckpt::manager_detail::StepNaming plain{}, prefixed{"checkpoint_", 0}, fixed{"", 6}, both{"ckpt_", 8};
+  const ckpt::StepNaming plain{}, prefixed{"checkpoint_", 0}, fixed{"", 6}, both{"ckpt_", 8};
   CHECK(plain.name(42) == "42");
   CHECK(prefixed.name(42) == "checkpoint_42");
   CHECK(fixed.name(42) == "000042");

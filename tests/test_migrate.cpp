@@ -160,9 +160,11 @@ TEST_CASE("dynamic transforms edit the tree before the restore and the snapshot 
   CHECK(r.first_moment == std::vector<float>{0.1f, 0.2f});
 
   ckpt::save(tmp / "edited", make_v1(), {.transform = [](ckpt::Snapshot& s) {
-    CHECK(ckpt::rename_leaves(s, "dense", "encoder") == 2);
-    CHECK(ckpt::erase_leaves(s, "dropped_note") == 1);
-    ckpt::add_leaf(s, "extra", std::vector<int>{1, 2, 3});
+    CHECK(s.rename("dense", "encoder") == 2);
+    CHECK(s.erase("dropped_note") == 1);
+    CHECK(s.erase("never_there") == 0);
+    CHECK_THROWS_WITH_AS(s.rename("never_there", "x"), doctest::Contains("never_there"), ckpt::MissingLeafError);
+    s.set("extra", std::vector<int>{1, 2, 3});
   }});
   const auto md = ckpt::metadata(tmp / "edited");
   CHECK(md.contains("encoder.kernel"));

@@ -6,7 +6,7 @@
 //   ckpt show PATH LEAF [--json] [-n N]   min, max, mean, std and the first values
 //   ckpt verify PATH             reads everything, checks checksums (exit 1: broken leaves)
 //   ckpt diff A B [--json]       added, removed and changed leaves
-//   ckpt convert SRC DST --to native|flax|t5x|orbax|zarr|safetensors
+//   ckpt convert SRC DST --to native|flax|t5x|orbax|zarr
 // Bad input: a message on stderr and exit code 2.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -31,53 +31,42 @@ struct BadInput : std::runtime_error {
 
 // Element i of a numeric leaf as (re, im); im is 0 for real dtypes.
 std::pair<double, double> element(const std::vector<std::byte>& b, ckpt::dtype d, std::size_t i) {
-  auto get = [&]<class T>(T) {
-    T v;
-    std::memcpy(&v, b.data() + i * sizeof(T), sizeof(T));
-    return v;
-  };
-  using ckpt::dtype;
-  switch (d) {
-    case dtype::bool_: return {get(std::uint8_t{}) != 0, 0};
-    case dtype::int8: return {get(std::int8_t{}), 0};
-    case dtype::int16: return {get(std::int16_t{}), 0};
-    case dtype::int32: return {get(std::int32_t{}), 0};
-    case dtype::int64: return {static_cast<double>(get(std::int64_t{})), 0};
-    case dtype::uint8: return {get(std::uint8_t{}), 0};
-    case dtype::uint16: return {get(std::uint16_t{}), 0};
-    case dtype::uint32: return {get(std::uint32_t{}), 0};
-    case dtype::uint64: return {static_cast<double>(get(std::uint64_t{})), 0};
-    case dtype::float16: return {static_cast<float>(get(ckpt::float16{})), 0};
-    case dtype::bfloat16: return {static_cast<float>(get(ckpt::bfloat16{})), 0};
-    case dtype::float32: return {get(float{}), 0};
-    case dtype::float64: return {get(double{}), 0};
-    case dtype::complex64: { auto c = get(std::complex<float>{}); return {c.real(), c.imag()}; }
-    case dtype::complex128: { auto c = get(std::complex<double>{}); return {c.real(), c.imag()}; }
-    default: return {0, 0};
-  }
+  return ckpt::visit_element_type(d, [&](auto tag) -> std::pair<double, double> {
+    using E = typename decltype(tag)::type;
+    if constexpr (std::is_void_v<E>) {
+      return {0, 0};
+    } else if constexpr (std::is_same_v<E, bool>) {  // any byte but 0 is true; a bool read from 2 would be UB
+      return {std::to_integer<int>(b[i]) != 0, 0};
+    } else {
+      E v;
+      std::memcpy(&v, b.data() + i * sizeof(E), sizeof(E));
+      if constexpr (requires { v.imag(); }) return {v.real(), v.imag()};
+      else if constexpr (std::is_same_v<E, ckpt::float16> || std::is_same_v<E, ckpt::bfloat16>) return {static_cast<float>(v), 0};
+      else return {static_cast<double>(v), 0};
+    }
+  });
 }
 
 // Element i as JSON, exactly (integers stay integers; NaN and infinities become null).
 json element_json(const std::vector<std::byte>& b, ckpt::dtype d, std::size_t i) {
-  using ckpt::dtype;
   auto num = [](double x) -> json { return std::isfinite(x) ? json(x) : json(nullptr); };
-  auto get = [&]<class T>(T) {
-    T v;
-    std::memcpy(&v, b.data() + i * sizeof(T), sizeof(T));
-    return v;
-  };
-  switch (d) {
-    case dtype::bool_: return get(std::uint8_t{}) != 0;
-    case dtype::int64: return get(std::int64_t{});
-    case dtype::uint64: return get(std::uint64_t{});
-    case dtype::int8: case dtype::int16: case dtype::int32: return static_cast<std::int64_t>(element(b, d, i).first);
-    case dtype::uint8: case dtype::uint16: case dtype::uint32: return static_cast<std::uint64_t>(element(b, d, i).first);
-    case dtype::complex64: case dtype::complex128: {
+  return ckpt::visit_element_type(d, [&](auto tag) -> json {
+    using E = typename decltype(tag)::type;
+    if constexpr (std::is_void_v<E>) {
+      return nullptr;
+    } else if constexpr (std::is_same_v<E, bool>) {
+      return std::to_integer<int>(b[i]) != 0;
+    } else if constexpr (std::is_integral_v<E>) {
+      E v;
+      std::memcpy(&v, b.data() + i * sizeof(E), sizeof(E));
+      return v;
+    } else if (ckpt::is_complex(d)) {
       auto [re, im] = element(b, d, i);
       return json::array({num(re), num(im)});
+    } else {
+      return num(element(b, d, i).first);
     }
-    default: return num(element(b, d, i).first);
-  }
+  });
 }
 
 std::string fmt(double x) {
@@ -121,9 +110,7 @@ int cmd_ls(const fs::path& root, bool as_json) {
     if (name.empty() || name[0] == '.') continue;
     const std::string f = ckpt::detect_format(it->path());
     if (f.empty()) continue;
-    Row r{name, -1, f, "", disk_size(it->path()), json::object()};
-    const auto digits = name.find_last_not_of("0123456789");
-    if (digits != name.size() - 1 && name.size() - digits - 1 < 18) r.step = std::stoll(name.substr(digits + 1));
+    Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), f, "", disk_size(it->path()), json::object()};
     const auto mtime = fs::last_write_time(it->path(), ec);
     const auto sys = std::chrono::time_point_cast<std::chrono::seconds>(
         mtime - fs::file_time_type::clock::now() + std::chrono::system_clock::now());
@@ -317,13 +304,7 @@ int cmd_convert(const fs::path& src, const fs::path& dst, const std::string& to,
     snap.leaves.push_back({e.path, ckpt::LeafBytes::own(e.type, e.shape, std::move(b))});
   }
   const ckpt::SaveOptions o{.force = force};
-  if (to == "native") ckpt::save_snapshot<ckpt::native>(dst, snap, o);
-  else if (to == "flax") ckpt::save_snapshot<ckpt::flax_msgpack>(dst, snap, o);
-  else if (to == "t5x") ckpt::save_snapshot<ckpt::t5x>(dst, snap, o);
-  else if (to == "orbax") ckpt::save_snapshot<ckpt::orbax>(dst, snap, o);
-  else if (to == "zarr") ckpt::save_snapshot<ckpt::zarr_v2>(dst, snap, o);
-  else if (to == "safetensors") ckpt::save_snapshot<ckpt::safetensors>(dst, snap, o);
-  else throw BadInput("unknown format " + to);
+  ckpt::save_snapshot(*ckpt::find_format(to), dst, snap, o);  // CLI11 checked it is a registered, writable one
   std::printf("%s (%s) -> %s (%s): %zu leaves\n", src.c_str(), index->info().format.c_str(), dst.c_str(), to.c_str(),
               snap.leaves.size());
   return 0;
@@ -332,7 +313,18 @@ int cmd_convert(const fs::path& src, const fs::path& dst, const std::string& to,
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ckpt: look into, check, compare and convert checkpoints (native, Orbax, t5x, zarr, Flax msgpack)"};
+  // The formats are the library's registered ones: what it reads, the tool reads.
+  std::vector<std::string> readable, writable;
+  for (const auto& f : ckpt::registered_formats()) {
+    readable.emplace_back(f.name);
+    if (f.write || f.save_file) writable.emplace_back(f.name);
+  }
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  CLI::App app{"ckpt: look into, check, compare and convert checkpoints (" + join(readable) + ")"};
   app.require_subcommand(1);
   std::string a, b, leaf, to;
   bool as_json = false, force = false;
@@ -358,9 +350,7 @@ int main(int argc, char** argv) {
   auto* convert = app.add_subcommand("convert", "any readable format into any writable one");
   convert->add_option("SRC", a, "a checkpoint")->required();
   convert->add_option("DST", b, "where to write")->required();
-  convert->add_option("--to", to, "native, flax, t5x, orbax, zarr or safetensors")
-      ->required()
-      ->check(CLI::IsMember({"native", "flax", "t5x", "orbax", "zarr", "safetensors"}));
+  convert->add_option("--to", to, join(writable))->required()->check(CLI::IsMember(writable));
   convert->add_flag("--force", force, "overwrite DST");
 
   try {

@@ -18,7 +18,7 @@ repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 prefix=${CKPT_DEPS_PREFIX:-$repo_root/.deps}
 
 apt_packages=(
-  g++ clang cmake make ninja-build pkg-config meson
+  g++ clang libclang-rt-14-dev cmake make ninja-build pkg-config meson
   libxtensor-dev xtl-dev doctest-dev
   libzstd-dev zlib1g-dev libxxhash-dev libsnappy-dev nlohmann-json3-dev libcli11-dev
   # used by interop tests through /usr/bin/python3

@@ -1,4 +1,4 @@
-// ckpt/ckpt.hpp — everything: save and restore C++ training state.
+// ckpt/ckpt.hpp — save and restore C++ training state (the native format).
 //
 //   ckpt::save("/tmp/run/1", state);
 //   auto s = ckpt::restore<TrainState>("/tmp/run/1");
@@ -6,8 +6,13 @@
 // The pipeline, in the order data flows on save: tree/ (reflect a struct into
 // paths), leaf/ (a value into dtype, shape and bytes), snapshot.hpp, format/
 // (bytes into files), io/ (files, fsync, atomic commit); and back through index.hpp.
-// Above them, manager.hpp numbers steps in a root directory, with exec/ (sync or
-// async saves) and retain/ (which steps to save and which to keep).
+//
+// Opt-in, so that a program pays to compile only what it uses:
+//   <ckpt/manager.hpp>  CheckpointManager: numbered steps in a root directory, with exec/
+//                       (sync or async saves) and retain/ (which steps to save and keep)
+//   <ckpt/migrate.hpp>  restore into a new version of a struct (migrations, chains)
+//   <ckpt/formats.hpp>  the interop formats: Orbax, t5x, zarr v2, Flax msgpack
+//   <ckpt/src.hpp>      the compiled part, for CKPT_SEPARATE_COMPILATION builds
 #pragma once
 
 #include <ckpt/version.hpp>
@@ -30,23 +35,14 @@
 #include <ckpt/tree/node.hpp>
 #include <ckpt/tree/walk.hpp>
 #include <ckpt/tree/schema.hpp>
-#include <ckpt/tree/fill.hpp>
-#include <ckpt/tree/tree.hpp>
 
 #include <ckpt/snapshot.hpp>
 #include <ckpt/snapshot_edit.hpp>
 #include <ckpt/index.hpp>
+#include <ckpt/restore/fill.hpp>
+#include <ckpt/restore/tree.hpp>
 #include <ckpt/format/format.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/native.hpp>
 #include <ckpt/save.hpp>
 #include <ckpt/restore.hpp>
-#include <ckpt/migrate.hpp>
-
-#include <ckpt/exec/executor.hpp>
-#include <ckpt/exec/sync_save.hpp>
-#include <ckpt/exec/async_save.hpp>
-#include <ckpt/retain/record.hpp>
-#include <ckpt/retain/save_decision.hpp>
-#include <ckpt/retain/keep.hpp>
-#include <ckpt/manager.hpp>

@@ -5,10 +5,14 @@
 // parts separately read checkpoint() and path().
 #pragma once
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
+
+#include <ckpt/detail/compile_mode.hpp>
 
 namespace ckpt {
 
@@ -26,12 +30,7 @@ class Error : public std::runtime_error {
   const std::string& path() const noexcept { return path_; }
 
  private:
-  static std::string compose(const std::string& checkpoint, const std::string& path,
-                             const std::string& what) {
-    std::string m = checkpoint.empty() ? std::string("<no checkpoint>") : checkpoint;
-    if (!path.empty()) m += ": " + path;
-    return m + ": " + what;
-  }
+  static std::string compose(const std::string& checkpoint, const std::string& path, const std::string& what);
   std::string checkpoint_, path_;
 };
 
@@ -39,18 +38,12 @@ class Error : public std::runtime_error {
 class MissingLeafError : public Error {
  public:
   MissingLeafError(std::string checkpoint, std::vector<std::string> missing)
-      : Error(std::move(checkpoint), join(missing),
-              missing.size() == 1 ? "leaf missing from the checkpoint"
-                                  : std::to_string(missing.size()) + " leaves missing from the checkpoint"),
-        missing_(std::move(missing)) {}
+      : Error(std::move(checkpoint), join(missing), summary(missing)), missing_(std::move(missing)) {}
   const std::vector<std::string>& missing_paths() const noexcept { return missing_; }
 
  private:
-  static std::string join(const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& p : v) s += (s.empty() ? "" : ", ") + (p.empty() ? std::string("<root>") : p);
-    return s;
-  }
+  static std::string join(const std::vector<std::string>& v);
+  static std::string summary(const std::vector<std::string>& v);
   std::vector<std::string> missing_;
 };
 
@@ -70,5 +63,83 @@ class CorruptCheckpointError : public Error {
  public:
   using Error::Error;
 };
+
+// The CheckpointManager's failures, each a kind of its own so that a caller can
+// catch the one it knows how to handle. checkpoint() names the root or the step.
+
+// Another CheckpointManager (this or another process) writes to this root.
+class RootLockedError : public Error {
+ public:
+  using Error::Error;
+};
+
+// save() of a step that exists, without SaveArgs::force.
+class StepExistsError : public Error {
+ public:
+  using Error::Error;
+};
+
+// restore(), delete_step() or a query named a step the root does not hold (or the
+// root holds no step at all).
+class NoSuchStepError : public Error {
+ public:
+  using Error::Error;
+};
+
+// An asynchronous save failed in the background (thrown by the next save() or
+// wait_until_finished()); what() carries the original failure's message.
+class BackgroundSaveError : public Error {
+ public:
+  using Error::Error;
+};
+
+// wait_until_finished() (or the next save()) gave up after async_timeout; the save
+// keeps running.
+class BackgroundSaveTimeoutError : public BackgroundSaveError {
+ public:
+  using BackgroundSaveError::BackgroundSaveError;
+};
+
+// A write was asked of a manager opened with read_only = true.
+class ReadOnlyError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A string read from a checkpoint, quoted for an error message: bytes outside printable
+// ASCII become \xNN, since a NUL would cut what() short and others garble terminals.
+inline std::string quote_for_message(std::string_view s) {
+  std::string q = "\"";
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      q += buf;
+    } else {
+      q.push_back(c);
+    }
+  }
+  return q + "\"";
+}
+
+#if CKPT_DEFINE_API
+CKPT_API std::string Error::compose(const std::string& checkpoint, const std::string& path, const std::string& what) {
+  // "<checkpoint>: <path>: <what>", leaving out the parts that are empty.
+  std::string m;
+  for (const std::string* part : {&checkpoint, &path})
+    if (!part->empty()) m += *part + ": ";
+  return m + what;
+}
+CKPT_API std::string MissingLeafError::join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& p : v) s += (s.empty() ? "" : ", ") + (p.empty() ? std::string("<root>") : p);
+  return s;
+}
+CKPT_API std::string MissingLeafError::summary(const std::vector<std::string>& v) {
+  return v.size() == 1 ? "leaf missing from the checkpoint"
+                       : std::to_string(v.size()) + " leaves missing from the checkpoint";
+}
+#endif
 
 }  // namespace ckpt

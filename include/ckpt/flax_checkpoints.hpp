@@ -2,19 +2,19 @@
 // latest_checkpoint: the counterpart of flax.training.checkpoints (the legacy API).
 //
 // Files are named as Flax names them, <dir>/<prefix><step> ("checkpoint_100"), each a
-// Flax msgpack file; a save writes <dir>/<prefix>tmp, fsyncs it and renames it into
-// place, then deletes all but the newest `keep` checkpoints (those whose step is a
+// Flax msgpack file; a save publishes it as every ckpt save does (a hidden file, fsynced,
+// renamed into place: io/staging_dir.hpp), then deletes all but the newest `keep` checkpoints (those whose step is a
 // multiple of keep_every_n_steps are kept too).
 #pragma once
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <ckpt/format/flax.hpp>
+#include <ckpt/manager/step_name.hpp>
 #include <ckpt/restore.hpp>
 #include <ckpt/save.hpp>
 
@@ -34,20 +34,7 @@ struct CheckpointOptions {
 
 // (step, path) of every checkpoint <prefix><integer> in dir, by step.
 inline std::vector<std::pair<std::int64_t, fs::path>> list_checkpoints(const fs::path& dir, const std::string& prefix) {
-  std::vector<std::pair<std::int64_t, fs::path>> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string n = it->path().filename().string();
-    if (n.size() <= prefix.size() || n.compare(0, prefix.size(), prefix) != 0) continue;
-    std::int64_t step = 0;
-    const char* b = n.data() + prefix.size();
-    const char* e = n.data() + n.size();
-    auto [ptr, err] = std::from_chars(b, e, step);
-    if (err != std::errc() || ptr != e) continue;  // "checkpoint_tmp" and the like
-    out.emplace_back(step, it->path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  return StepNaming{prefix}.list(dir);
 }
 
 // The newest checkpoint in dir, if any.
@@ -62,7 +49,6 @@ fs::path save_checkpoint(const fs::path& dir, const T& state, std::int64_t step,
   std::error_code ec;
   fs::create_directories(dir, ec);
   const fs::path path = dir / (o.prefix + std::to_string(step));
-  const fs::path tmp = dir / (o.prefix + "tmp");
   auto existing = list_checkpoints(dir, o.prefix);
   if (!o.overwrite) {
     if (fs::exists(path, ec)) throw Error(path.string(), "", "checkpoint already exists (pass .overwrite = true)");
@@ -71,13 +57,7 @@ fs::path save_checkpoint(const fs::path& dir, const T& state, std::int64_t step,
                                          ", the latest is step " + std::to_string(existing.back().first));
   }
   const Snapshot snap = take_snapshot(state);
-  fs::remove(tmp, ec);
-  flax_detail::write_msgpack(snap, tmp, path.string());
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    fs::remove(tmp, ec);
-    io::throw_errno("cannot rename the checkpoint into place", path);
-  }
-  io::sync_dir(dir);
+  io::publish_file(path, o.overwrite, [&](const fs::path& tmp) { detail::flax::write_msgpack(snap, tmp, path.string()); });
   // retention: newer ones go when overwriting; then all but the newest `keep`
   existing = list_checkpoints(dir, o.prefix);
   if (o.overwrite)

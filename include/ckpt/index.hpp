@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/tree/path.hpp>
 #include <ckpt/tree/schema.hpp>
@@ -76,35 +77,13 @@ class Index {
   const IndexInfo& info() const noexcept { return info_; }
   const std::vector<IndexEntry>& entries() const noexcept { return entries_; }
 
-  const IndexEntry* find(const Path& p) const {
-    auto it = by_path_.find(p.segments());
-    return it == by_path_.end() ? nullptr : &entries_[it->second];
-  }
-
+  const IndexEntry* find(const Path& p) const;
   // True when some leaf lies at or under p.
-  bool has_subtree(const Path& p) const {
-    auto it = by_path_.lower_bound(p.segments());
-    return it != by_path_.end() && starts_with(it->first, p.segments());
-  }
-
+  bool has_subtree(const Path& p) const;
   // The distinct segments that follow p, in sorted order (empty when p is a leaf).
-  std::vector<std::string> children(const Path& p) const {
-    std::vector<std::string> out;
-    const auto& pre = p.segments();
-    for (auto it = by_path_.lower_bound(pre); it != by_path_.end() && starts_with(it->first, pre); ++it) {
-      if (it->first.size() == pre.size()) continue;
-      const std::string& seg = it->first[pre.size()];
-      if (out.empty() || out.back() != seg) out.push_back(seg);
-    }
-    return out;
-  }
-
-  void read(const IndexEntry& e, std::span<std::byte> dst, bool verify = true) const {
-    if (dst.size() != e.length)
-      throw Error(checkpoint_, e.path.str(),
-                  "target holds " + std::to_string(dst.size()) + " bytes, checkpoint " + std::to_string(e.length));
-    reader_->read(*this, e, dst, verify);
-  }
+  std::vector<std::string> children(const Path& p) const;
+  // Reads a leaf's bytes into dst (dst.size() == e.length), verifying its checksum when asked.
+  void read(const IndexEntry& e, std::span<std::byte> dst, bool verify = true) const;
 
  private:
   static bool starts_with(const std::vector<std::string>& v, const std::vector<std::string>& pre) {
@@ -118,5 +97,46 @@ class Index {
   std::shared_ptr<const IndexReader> reader_;
   std::shared_ptr<const void> keep_alive_;
 };
+
+// Where a restore's reads go when they may wait: a fill queues "read entry e into
+// dst" here and the caller runs them all afterwards (exec::ReadQueue, on several
+// threads). Declared beside Index so that restore/fill.hpp needs nothing from exec/.
+class DeferredReads {
+ public:
+  virtual void push(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) = 0;
+
+ protected:
+  ~DeferredReads() = default;
+};
+
+#if CKPT_DEFINE_API
+CKPT_API const IndexEntry* Index::find(const Path& p) const {
+  auto it = by_path_.find(p.segments());
+  return it == by_path_.end() ? nullptr : &entries_[it->second];
+}
+
+CKPT_API bool Index::has_subtree(const Path& p) const {
+  auto it = by_path_.lower_bound(p.segments());
+  return it != by_path_.end() && starts_with(it->first, p.segments());
+}
+
+CKPT_API std::vector<std::string> Index::children(const Path& p) const {
+  std::vector<std::string> out;
+  const auto& pre = p.segments();
+  for (auto it = by_path_.lower_bound(pre); it != by_path_.end() && starts_with(it->first, pre); ++it) {
+    if (it->first.size() == pre.size()) continue;
+    const std::string& seg = it->first[pre.size()];
+    if (out.empty() || out.back() != seg) out.push_back(seg);
+  }
+  return out;
+}
+
+CKPT_API void Index::read(const IndexEntry& e, std::span<std::byte> dst, bool verify) const {
+  if (dst.size() != e.length)
+    throw Error(checkpoint_, e.path.str(),
+                "target holds " + std::to_string(dst.size()) + " bytes, checkpoint " + std::to_string(e.length));
+  reader_->read(*this, e, dst, verify);
+}
+#endif
 
 }  // namespace ckpt

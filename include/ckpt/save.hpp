@@ -2,14 +2,31 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 
+#include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/format/format.hpp>
 #include <ckpt/format/native.hpp>
-#include <ckpt/io/staging_dir.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
+#if CKPT_DEFINE_API
+#include <ckpt/io/staging_dir.hpp>
 #include <ckpt/snapshot_edit.hpp>
+#endif
 
 namespace ckpt {
+
+namespace detail {
+using FormatWrite = void (*)(const Snapshot&, const std::filesystem::path&, const SaveOptions&);
+using BeforeCommitFn = std::function<void(const std::filesystem::path&)>;
+
+// Stages, writes with the format, lets before_commit add files, and publishes: the one
+// path every directory format's save takes, whatever the type saved.
+CKPT_API void save_staged(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
+                          FormatWrite write, const BeforeCommitFn& before_commit);
+// Applies the options that change what is saved: save_dtype, then the transform.
+CKPT_API void apply_save_options(Snapshot& snap, const SaveOptions& opts);
+}  // namespace detail
 
 // Writes an already-taken snapshot; what the async executor calls from its thread.
 // before_commit(staging_dir) may add files (a manager's metrics, items) that then
@@ -17,13 +34,7 @@ namespace ckpt {
 template <format_policy Format = native, class BeforeCommit>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                    BeforeCommit&& before_commit) {
-  std::error_code ec;
-  if (!opts.force && std::filesystem::exists(dir, ec))
-    throw Error(dir.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
-  io::StagingDir staging(dir);
-  Format::write(snap, staging.path(), opts);
-  before_commit(staging.path());
-  staging.commit(opts.force);
+  detail::save_staged(dir, snap, opts, &Format::write, detail::BeforeCommitFn(std::forward<BeforeCommit>(before_commit)));
 }
 
 template <format_policy Format = native>
@@ -31,8 +42,16 @@ void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const
   if constexpr (requires { Format::save_file(dir, snap, opts); }) {
     Format::save_file(dir, snap, opts);  // a single-file format (Flax msgpack) commits its file itself
   } else {
-    save_snapshot<Format>(dir, snap, opts, [](const std::filesystem::path&) {});
+    detail::save_staged(dir, snap, opts, &Format::write, nullptr);
   }
+}
+
+// Writes a snapshot in a format chosen at run time, from the registry (the CLI's convert).
+inline void save_snapshot(const FormatEntry& format, const std::filesystem::path& dir, const Snapshot& snap,
+                          const SaveOptions& opts = {}) {
+  if (format.save_file) format.save_file(dir, snap, opts);
+  else if (format.write) detail::save_staged(dir, snap, opts, format.write, nullptr);
+  else throw Error(dir.string(), "", "ckpt cannot write the " + std::string(format.name) + " format");
 }
 
 // Saves value to dir, atomically: dir appears whole or not at all.
@@ -40,9 +59,26 @@ template <format_policy Format = native, class T>
 void save(const std::filesystem::path& dir, const T& value, const SaveOptions& opts = {}) {
   node::require_tree<T>();
   Snapshot snap = take_snapshot(value);
-  if (opts.save_dtype) cast_floating_leaves(snap, *opts.save_dtype, opts.save_dtype_prefix);
-  if (opts.transform) opts.transform(snap);
+  detail::apply_save_options(snap, opts);
   save_snapshot<Format>(dir, snap, opts);
 }
+
+#if CKPT_DEFINE_API
+CKPT_API void detail::save_staged(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
+                                  FormatWrite write, const BeforeCommitFn& before_commit) {
+  std::error_code ec;
+  if (!opts.force && std::filesystem::exists(dir, ec))
+    throw Error(dir.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
+  io::StagingDir staging(dir);
+  write(snap, staging.path(), opts);
+  if (before_commit) before_commit(staging.path());
+  staging.commit(opts.force);
+}
+
+CKPT_API void detail::apply_save_options(Snapshot& snap, const SaveOptions& opts) {
+  if (opts.save_dtype) cast_floating_leaves(snap, *opts.save_dtype, opts.save_dtype_prefix);
+  if (opts.transform) opts.transform(snap);
+}
+#endif
 
 }  // namespace ckpt

@@ -12,10 +12,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ckpt/detail/type_name.hpp>
 #include <ckpt/leaf/codec.hpp>
+#include <ckpt/tree/edit.hpp>
 #include <ckpt/tree/schema.hpp>
 #include <ckpt/tree/walk.hpp>
 
@@ -65,6 +67,24 @@ struct Snapshot {
   void make_owned() {
     for (auto& l : leaves) l.data.make_owned();
   }
+
+  // ---- editing (for SaveOptions::transform): the same edits as Tree's (tree/edit.hpp) ----
+
+  // Renames the leaf or every leaf of the subtree at `from` to lie at `to`; returns how
+  // many moved (none: MissingLeafError).
+  std::size_t rename(std::string_view from, std::string_view to) {
+    return detail::rename_leaves(leaves, path_of, "", from, to);
+  }
+  // Removes the leaf or subtree at `path`; returns how many leaves went.
+  std::size_t erase(std::string_view path) { return detail::erase_leaves(leaves, path_of, path); }
+  // Adds (or replaces) a leaf holding a copy of `value`, of any leaf type.
+  template <class U>
+  void set(std::string_view path, const U& value) {
+    static_assert(ckpt::leaf<U>, "ckpt: Snapshot::set needs a leaf value (a number, string, vector, xtensor...)");
+    LeafBytes b = leaf_codec<U>::save(value);
+    b.make_owned();
+    detail::set_leaf(leaves, path_of, SnapshotLeaf{Path::parse(path), std::move(b)});
+  }
   // Copies every borrowed leaf into buf (one allocation, each leaf 64-byte aligned) and
   // points the leaves at it; the snapshot then depends on buf, not on the value.
   void make_owned(SnapshotBuffer& buf) {
@@ -85,6 +105,9 @@ struct Snapshot {
       at += (n + align - 1) / align * align;
     }
   }
+
+ private:
+  static Path& path_of(SnapshotLeaf& l) { return l.path; }
 };
 
 namespace detail {

@@ -1,6 +1,5 @@
-// ckpt/snapshot_edit.hpp — changing a Snapshot before it is written: the save-side
-// counterpart of RestoreOptions::transform (rename, drop, add leaves) and the dtype
-// cast of SaveOptions::save_dtype.
+// ckpt/snapshot_edit.hpp — the dtype cast of SaveOptions::save_dtype, applied to a
+// Snapshot before it is written. (Renames and other edits are Snapshot's members.)
 #pragma once
 
 #include <algorithm>
@@ -10,39 +9,6 @@
 #include <ckpt/snapshot.hpp>
 
 namespace ckpt {
-
-// Moves the leaf or subtree at `from` to `to`; returns how many leaves moved.
-inline std::size_t rename_leaves(Snapshot& s, std::string_view from, std::string_view to) {
-  const Path f = Path::parse(from), t = Path::parse(to);
-  std::size_t n = 0;
-  for (auto& l : s.leaves) {
-    if (!l.path.starts_with(f)) continue;
-    std::vector<std::string> segs = t.segments();
-    segs.insert(segs.end(), l.path.segments().begin() + static_cast<std::ptrdiff_t>(f.size()), l.path.segments().end());
-    l.path = Path(std::move(segs));
-    ++n;
-  }
-  return n;
-}
-
-// Drops the leaf or subtree at `path`; returns how many leaves went.
-inline std::size_t erase_leaves(Snapshot& s, std::string_view path) {
-  const Path p = Path::parse(path);
-  const auto before = s.leaves.size();
-  std::erase_if(s.leaves, [&](const SnapshotLeaf& l) { return l.path.starts_with(p); });
-  return before - s.leaves.size();
-}
-
-// Adds (or replaces) a leaf holding a copy of `value`.
-template <class U>
-void add_leaf(Snapshot& s, std::string_view path, const U& value) {
-  static_assert(leaf<U>, "ckpt::add_leaf needs a leaf value (a number, string, vector, xtensor...)");
-  const Path p = Path::parse(path);
-  std::erase_if(s.leaves, [&](const SnapshotLeaf& l) { return l.path == p; });
-  LeafBytes b = leaf_codec<U>::save(value);
-  b.make_owned();
-  s.leaves.push_back({p, std::move(b)});
-}
 
 // Casts every real floating leaf under `prefix` to `to` (e.g. float32 -> bfloat16).
 // Each converted leaf owns its new bytes; the others still point at the state.

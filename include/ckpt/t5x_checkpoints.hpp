@@ -30,7 +30,7 @@ inline constexpr const char* checkpoint_file = "checkpoint";
 // <checkpoints_dir>/checkpoint_<step>, the step zero-padded to step_format_fixed_length digits.
 inline fs::path get_checkpoint_dir(const fs::path& checkpoints_dir, std::int64_t step,
                                    std::optional<int> step_format_fixed_length = std::nullopt) {
-  return checkpoints_dir / manager_detail::StepNaming{step_prefix, step_format_fixed_length.value_or(0)}.name(step);
+  return checkpoints_dir / StepNaming{step_prefix, step_format_fixed_length.value_or(0)}.name(step);
 }
 
 // (checkpoints_dir, step) of a path .../checkpoint_<step>; an Error when the last
@@ -38,7 +38,7 @@ inline fs::path get_checkpoint_dir(const fs::path& checkpoints_dir, std::int64_t
 inline std::pair<fs::path, std::int64_t> get_step_from_checkpoint_dir(const fs::path& checkpoint_dir) {
   fs::path p = checkpoint_dir;
   if (p.filename().empty()) p = p.parent_path();  // "checkpoint_5/"
-  const auto step = manager_detail::StepNaming{step_prefix, 0}.parse(p.filename().string());
+  const auto step = StepNaming{step_prefix, 0}.parse(p.filename().string());
   if (!step) throw Error(checkpoint_dir.string(), "", "not a t5x checkpoint directory (checkpoint_<step>)");
   return {p.parent_path(), *step};
 }
@@ -47,7 +47,7 @@ inline std::pair<fs::path, std::int64_t> get_step_from_checkpoint_dir(const fs::
 inline std::vector<std::int64_t> all_steps(const fs::path& checkpoints_dir) {
   std::vector<std::int64_t> out;
   std::error_code ec;
-  const manager_detail::StepNaming naming{step_prefix, 0};
+  const StepNaming naming{step_prefix, 0};
   for (fs::directory_iterator it(checkpoints_dir, ec), end; !ec && it != end; it.increment(ec))
     if (const auto s = naming.parse(it->path().filename().string()); s && fs::exists(it->path() / checkpoint_file))
       out.push_back(*s);
@@ -72,7 +72,7 @@ inline fs::path find_checkpoint(const fs::path& path, std::optional<std::int64_t
     if (step) {
       file = get_checkpoint_dir(path, *step) / checkpoint_file;
       if (!fs::exists(file, ec)) {  // the step may be written zero-padded
-        const manager_detail::StepNaming naming{step_prefix, 0};
+        const StepNaming naming{step_prefix, 0};
         for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
           if (naming.parse(it->path().filename().string()) == step) file = it->path() / checkpoint_file;
       }
@@ -95,7 +95,7 @@ inline fs::path find_checkpoint(const fs::path& path, std::optional<std::int64_t
 // manager's item `item` (items/<item>/ or items/<item>.json)?
 inline bool has_dataset_checkpoint(const fs::path& step_dir, const std::string& item = "dataset") {
   std::error_code ec;
-  const fs::path items = step_dir / manager_detail::items_dir;
+  const fs::path items = step_dir / detail::manager::items_dir;
   if (fs::exists(items / item, ec) || fs::exists(items / (item + ".json"), ec)) return true;
   for (fs::directory_iterator it(step_dir, ec), end; !ec && it != end; it.increment(ec))
     if (it->path().filename().string().starts_with("train_ds-")) return true;
@@ -108,7 +108,7 @@ inline std::vector<std::int64_t> all_dataset_checkpoint_steps(const fs::path& ch
                                                               const std::string& prefix = step_prefix) {
   std::vector<std::int64_t> out;
   std::error_code ec;
-  const manager_detail::StepNaming naming{prefix, 0};
+  const StepNaming naming{prefix, 0};
   for (fs::directory_iterator it(checkpoints_dir, ec), end; !ec && it != end; it.increment(ec))
     if (const auto s = naming.parse(it->path().filename().string()); s && has_dataset_checkpoint(it->path(), item))
       out.push_back(*s);

@@ -54,8 +54,8 @@ struct async_save {
       std::unique_lock lock(mu_);
       const auto limit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
       if (!cv_.wait_for(lock, limit, [&] { return !busy_; }))
-        throw Error(label_, "", "asynchronous save did not finish within " + std::to_string(timeout_.count()) +
-                                    " s (async_timeout); it is still running");
+        throw BackgroundSaveTimeoutError(label_, "", "asynchronous save did not finish within " + std::to_string(timeout_.count()) +
+                                                         " s (async_timeout); it is still running");
       take_error(lock);
     }
 
@@ -89,9 +89,9 @@ struct async_save {
         try {
           job();
         } catch (const std::exception& e) {
-          error = std::make_exception_ptr(Error(label, "", std::string("asynchronous save failed: ") + e.what()));
+          error = std::make_exception_ptr(BackgroundSaveError(label, "", std::string("asynchronous save failed: ") + e.what()));
         } catch (...) {
-          error = std::make_exception_ptr(Error(label, "", "asynchronous save failed: unknown exception"));
+          error = std::make_exception_ptr(BackgroundSaveError(label, "", "asynchronous save failed: unknown exception"));
         }
         job = nullptr;  // release what the job holds (the snapshot) before saying it is done
         lock.lock();

@@ -15,49 +15,20 @@
 #include <thread>
 #include <vector>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/index.hpp>
 
 namespace ckpt::exec {
 
-class ReadQueue {
+class ReadQueue final : public DeferredReads {
  public:
-  void push(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) {
+  void push(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) override {
     jobs_.push_back({&index, &e, dst, verify});
     bytes_ += dst.size();
   }
 
   // Runs every queued read; rethrows the first failure after all threads stop.
-  void run() {
-    std::sort(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); });
-    // Threads pay off only for sizeable restores.
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    const unsigned threads = bytes_ < (std::size_t{16} << 20) ? 1u : std::min({cores, 8u, static_cast<unsigned>(jobs_.size())});
-    std::atomic<std::size_t> next{0};
-    std::exception_ptr error;
-    std::mutex error_mutex;
-    auto worker = [&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < jobs_.size();) {
-        const Job& j = jobs_[i];
-        try {
-          j.index->read(*j.entry, j.dst, j.verify);
-        } catch (...) {
-          const std::lock_guard lock(error_mutex);
-          if (!error) error = std::current_exception();
-          next = jobs_.size();  // stop handing out work
-        }
-      }
-    };
-    if (threads <= 1) {
-      worker();
-    } else {
-      std::vector<std::jthread> pool;
-      for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-      worker();
-    }
-    jobs_.clear();
-    bytes_ = 0;
-    if (error) std::rethrow_exception(error);
-  }
+  void run();
 
  private:
   struct Job {
@@ -69,5 +40,39 @@ class ReadQueue {
   std::vector<Job> jobs_;
   std::size_t bytes_ = 0;
 };
+
+#if CKPT_DEFINE_API
+CKPT_API void ReadQueue::run() {
+  std::sort(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); });
+  // Threads pay off only for sizeable restores.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = bytes_ < (std::size_t{16} << 20) ? 1u : std::min({cores, 8u, static_cast<unsigned>(jobs_.size())});
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < jobs_.size();) {
+      const Job& j = jobs_[i];
+      try {
+        j.index->read(*j.entry, j.dst, j.verify);
+      } catch (...) {
+        const std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = jobs_.size();  // stop handing out work
+      }
+    }
+  };
+  if (threads <= 1) {
+    worker();
+  } else {
+    std::vector<std::jthread> pool;
+    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+  }
+  jobs_.clear();
+  bytes_ = 0;
+  if (error) std::rethrow_exception(error);
+}
+#endif
 
 }  // namespace ckpt::exec

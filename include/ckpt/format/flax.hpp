@@ -24,7 +24,7 @@
 
 namespace ckpt {
 
-namespace flax_detail {
+namespace detail::flax {
 namespace fs = std::filesystem;
 
 inline void write_msgpack(const Snapshot& snap, const fs::path& file, const std::string& checkpoint) {
@@ -33,28 +33,6 @@ inline void write_msgpack(const Snapshot& snap, const fs::path& file, const std:
   if (root.leaf == nullptr && root.children.empty()) w.pk().pack_map(0);
   else interop::write_tree(w, root, checkpoint);
   w.write_to(file);
-}
-
-// Writes a file next to `file`, then renames it over (force) or onto a free name.
-template <class Write>
-void commit_file(const fs::path& file, bool force, Write&& write) {
-  std::error_code ec;
-  const fs::path parent = file.parent_path().empty() ? fs::path(".") : file.parent_path();
-  fs::create_directories(parent, ec);
-  if (fs::is_directory(file, ec)) throw Error(file.string(), "", "a directory is in the way of the checkpoint file");
-  const fs::path tmp = parent / (std::string(io::staging_prefix) + file.filename().string() + "-" + io::detail::random_suffix());
-  try {
-    write(tmp);
-    const unsigned noreplace = 1;  // RENAME_NOREPLACE
-    if (force ? ::rename(tmp.c_str(), file.c_str()) != 0 : io::detail::rename_with_flags(tmp, file, noreplace) != 0) {
-      if (errno == EEXIST) throw Error(file.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
-      io::throw_errno("cannot rename the checkpoint into place", file);
-    }
-  } catch (...) {
-    fs::remove(tmp, ec);
-    throw;
-  }
-  io::sync_dir(parent);
 }
 
 inline bool looks_like_msgpack_map(const fs::path& file) {
@@ -102,31 +80,37 @@ inline std::shared_ptr<const Index> open_msgpack(const fs::path& file, const std
   read_msgpack_into(b, file, Path(), &info, std::move(special), t5x_unwrap);
   return b.build(std::move(info));
 }
-}  // namespace flax_detail
+}  // namespace detail::flax
+
+// The Flax msgpack layout as a building block: t5x keeps its tree in the same file.
+namespace flax {
+using detail::flax::looks_like_msgpack_map;
+using detail::flax::open_msgpack;
+}  // namespace flax
 
 struct flax_msgpack {
   static constexpr const char* name = "flax";
   // Inside a step directory (the manager's layout): the file `checkpoint`, as t5x names it.
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
-    flax_detail::write_msgpack(s, dir / "checkpoint", dir.string());
+    detail::flax::write_msgpack(s, dir / "checkpoint", dir.string());
   }
   // save<flax_msgpack>(path, state): path is the file itself.
   static void save_file(const std::filesystem::path& file, const Snapshot& s, const SaveOptions& o) {
-    flax_detail::commit_file(file, o.force, [&](const std::filesystem::path& tmp) {
-      flax_detail::write_msgpack(s, tmp, file.string());
+    io::publish_file(file, o.force, [&](const std::filesystem::path& tmp) {
+      detail::flax::write_msgpack(s, tmp, file.string());
     });
   }
   static bool detect(const std::filesystem::path& p) {
     std::error_code ec;
-    if (std::filesystem::is_directory(p, ec)) return flax_detail::looks_like_msgpack_map(p / "checkpoint");
-    return flax_detail::looks_like_msgpack_map(p);
+    if (std::filesystem::is_directory(p, ec)) return detail::flax::looks_like_msgpack_map(p / "checkpoint");
+    return detail::flax::looks_like_msgpack_map(p);
   }
   // The file is renamed into place whole.
   static bool is_committed(const std::filesystem::path& p) { return detect(p); }
   static std::shared_ptr<const Index> open(const std::filesystem::path& p) {
     std::error_code ec;
-    if (std::filesystem::is_directory(p, ec)) return flax_detail::open_msgpack(p / "checkpoint", p.string(), "flax");
-    return flax_detail::open_msgpack(p, p.string(), "flax");
+    if (std::filesystem::is_directory(p, ec)) return detail::flax::open_msgpack(p / "checkpoint", p.string(), "flax");
+    return detail::flax::open_msgpack(p, p.string(), "flax");
   }
 };
 inline const bool flax_msgpack_registered = register_format<flax_msgpack>(40);

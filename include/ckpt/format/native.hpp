@@ -1,28 +1,43 @@
 // ckpt/format/native.hpp — ckpt::native, the default format, as a policy type for save<Format>.
 //
-// The format itself (manifest, data files, commit marker) is in format/native/.
+// The format itself (manifest, data files, commit marker) is in format/native/; a program
+// built with CKPT_SEPARATE_COMPILATION compiles it once, in the library's unit.
 #pragma once
 
+#include <filesystem>
+#include <memory>
+
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/format.hpp>
+#include <ckpt/format/registry.hpp>
+#if CKPT_DEFINE_API
 #include <ckpt/format/native/reader.hpp>
 #include <ckpt/format/native/writer.hpp>
-#include <ckpt/format/registry.hpp>
+#endif
 
 namespace ckpt {
 
 struct native {
   static constexpr const char* name = "native";
-  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o) {
-    native_format::write(s, dir, o);
-  }
-  static bool detect(const std::filesystem::path& dir) { return native_format::detect(dir); }
+  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o);
+  static bool detect(const std::filesystem::path& dir);
   // The commit marker is written last, after every data file and the manifest are durable.
-  static bool is_committed(const std::filesystem::path& dir) {
-    std::error_code ec;
-    return std::filesystem::is_regular_file(dir / native_format::commit_file, ec);
-  }
-  static std::shared_ptr<const Index> open(const std::filesystem::path& dir) { return native_format::open(dir); }
+  static bool is_committed(const std::filesystem::path& dir);
+  static std::shared_ptr<const Index> open(const std::filesystem::path& dir);
 };
+
+#if CKPT_DEFINE_API
+CKPT_API void native::write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o) {
+  native_format::write(s, dir, o);
+}
+CKPT_API bool native::detect(const std::filesystem::path& dir) { return native_format::detect(dir); }
+CKPT_API bool native::is_committed(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(dir / native_format::commit_file, ec);
+}
+CKPT_API std::shared_ptr<const Index> native::open(const std::filesystem::path& dir) { return native_format::open(dir); }
+#endif
+
 static_assert(format_policy<native>);
 inline const bool native_registered = register_format<native>(0);
 

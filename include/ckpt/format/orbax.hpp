@@ -24,7 +24,7 @@
 
 namespace ckpt {
 
-namespace orbax_detail {
+namespace detail::orbax {
 namespace fs = std::filesystem;
 using zarr::json;
 
@@ -72,7 +72,7 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
   if (!zarr::is_file(item / tree_metadata)) {
     // the older layout: msgpack `checkpoint` with PLACEHOLDER:// strings
     if (zarr::is_file(item / "checkpoint")) {
-      flax_detail::read_msgpack_into(b, item / "checkpoint", prefix, nullptr, t5x_detail::special(item));
+      detail::flax::read_msgpack_into(b, item / "checkpoint", prefix, nullptr, detail::t5x::special(item));
       return;
     }
     throw CorruptCheckpointError(ckpt, prefix.str(), "item directory " + item.string() + " has no _METADATA");
@@ -105,7 +105,7 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
     else
       fail(where, "entry has no value_type");
     if (type == "jax.Array" || type == "np.ndarray" || type == "scalar") {
-      if (!zarr::safe_name(name)) fail(where, "leaf name " + native_format::quote_for_message(name) + " leaves the item directory");
+      if (!zarr::safe_name(name)) fail(where, "leaf name " + quote_for_message(name) + " leaves the item directory");
       const fs::path adir = item / name;
       if (!zarr::is_file(adir / ".zarray")) throw CorruptCheckpointError(ckpt, where, "array " + name + "/.zarray is missing");
       b.add_zarr(p, adir, name, zarr::open_array(adir, ckpt, where));
@@ -117,18 +117,18 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
     } else if (type == "None" || type == "Dict" || type == "List" || type == "Tuple" || type == "NamedTuple") {
       b.add_none(p);
     } else {
-      fail(where, "value_type " + native_format::quote_for_message(type) + " is not supported");
+      fail(where, "value_type " + quote_for_message(type) + " is not supported");
     }
   }
 }
-}  // namespace orbax_detail
+}  // namespace detail::orbax
 
 template <io::codec C = io::codec::zstd, int Level = 1>
 struct basic_orbax {
   static constexpr const char* name = "orbax";
 
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
-    namespace od = orbax_detail;
+    namespace od = detail::orbax;
     const std::string ckpt = dir.string();
     const auto item = dir / od::default_item;
     std::filesystem::create_directory(item);
@@ -173,7 +173,7 @@ struct basic_orbax {
   }
 
   static bool detect(const std::filesystem::path& dir) {
-    namespace od = orbax_detail;
+    namespace od = detail::orbax;
     if (zarr::is_file(dir / od::checkpoint_metadata) || zarr::is_file(dir / od::tree_metadata)) return true;
     return zarr::is_file(dir / od::default_item / od::tree_metadata);
   }
@@ -183,7 +183,7 @@ struct basic_orbax {
   static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
 
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
-    namespace od = orbax_detail;
+    namespace od = detail::orbax;
     const std::string ckpt = dir.string();
     interop::IndexBuilder b(ckpt);
     IndexInfo info;

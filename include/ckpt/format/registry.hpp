@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/format/format.hpp>
 
@@ -28,6 +29,11 @@ struct FormatEntry {
   bool (*detect)(const std::filesystem::path&) = nullptr;
   bool (*is_committed)(const std::filesystem::path&) = nullptr;
   std::shared_ptr<const Index> (*open)(const std::filesystem::path&) = nullptr;
+  // Writing, for formats that can (null for read-only ones): write fills a staging
+  // directory (save.hpp publishes it); save_file, for single-file formats, writes and
+  // publishes the file itself.
+  void (*write)(const Snapshot&, const std::filesystem::path&, const SaveOptions&) = nullptr;
+  void (*save_file)(const std::filesystem::path&, const Snapshot&, const SaveOptions&) = nullptr;
 };
 
 namespace detail {
@@ -45,9 +51,12 @@ bool register_format(int detect_order = 100) {
   auto& list = detail::format_list();
   const std::string_view name = F::name;
   if (std::none_of(list.begin(), list.end(), [&](const FormatEntry& e) { return e.name == name; })) {
-    list.push_back({name, detect_order, [](const std::filesystem::path& p) -> bool { return F::detect(p); },
-                    [](const std::filesystem::path& p) -> bool { return F::is_committed(p); },
-                    [](const std::filesystem::path& p) -> std::shared_ptr<const Index> { return F::open(p); }});
+    FormatEntry e{name, detect_order, [](const std::filesystem::path& p) -> bool { return F::detect(p); },
+                  [](const std::filesystem::path& p) -> bool { return F::is_committed(p); },
+                  [](const std::filesystem::path& p) -> std::shared_ptr<const Index> { return F::open(p); }};
+    if constexpr (format_policy<F>) e.write = &F::write;
+    if constexpr (requires { &F::save_file; }) e.save_file = &F::save_file;
+    list.push_back(e);
     std::stable_sort(list.begin(), list.end(),
                      [](const FormatEntry& a, const FormatEntry& b) { return a.detect_order < b.detect_order; });
   }
@@ -87,7 +96,9 @@ inline std::string registered_format_names() {
 
 // Opens whatever registered format path holds. With no match, a directory is opened as
 // native (its error says what is missing).
-inline std::shared_ptr<const Index> open_index(const std::filesystem::path& path) {
+CKPT_API std::shared_ptr<const Index> open_index(const std::filesystem::path& path);
+#if CKPT_DEFINE_API
+CKPT_API std::shared_ptr<const Index> open_index(const std::filesystem::path& path) {
   if (const FormatEntry* e = detect_format_entry(path)) return e->open(path);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw Error(path.string(), "", "no checkpoint here (nothing exists at this path)");
@@ -97,5 +108,6 @@ inline std::shared_ptr<const Index> open_index(const std::filesystem::path& path
               "not a checkpoint in any format this program reads (" + registered_format_names() +
                   "; include <ckpt/formats.hpp> for Orbax, t5x, zarr and Flax)");
 }
+#endif
 
 }  // namespace ckpt

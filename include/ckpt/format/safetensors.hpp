@@ -39,23 +39,21 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/format/flax.hpp>  // flax_detail::commit_file: the atomic single-file commit
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/writer.hpp>  // write_piece, start_writeback
 #include <ckpt/format/registry.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/io/mapped_file.hpp>
-#include <ckpt/io/staging_dir.hpp>
+#include <ckpt/io/staging_dir.hpp>  // StagingDir, publish_file
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
 
 namespace ckpt {
 
-namespace safetensors_detail {
+namespace detail::safetensors {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using native_format::quote_for_message;
 
 // The reference's limit (MAX_HEADER_SIZE): a larger header is refused before parsing.
 inline constexpr std::uint64_t max_header_bytes = 100'000'000;
@@ -65,28 +63,15 @@ inline constexpr std::uint64_t max_index_json_bytes = 64u << 20;
 inline constexpr const char* single_file = "model.safetensors";
 inline constexpr const char* index_file = "model.safetensors.index.json";
 
-// safetensors' dtype names (the Dtype enum of safetensors/src/tensor.rs).
-struct DtypeName {
-  dtype type;
-  std::string_view name;
-};
-inline constexpr DtypeName dtype_names[] = {
-    {dtype::bool_, "BOOL"},   {dtype::uint8, "U8"},    {dtype::int8, "I8"},
-    {dtype::int16, "I16"},    {dtype::uint16, "U16"},  {dtype::float16, "F16"},
-    {dtype::bfloat16, "BF16"}, {dtype::int32, "I32"},  {dtype::uint32, "U32"},
-    {dtype::float32, "F32"},  {dtype::float64, "F64"}, {dtype::int64, "I64"},
-    {dtype::uint64, "U64"},   {dtype::complex64, "C64"},
-    {dtype::float8_e4m3fn, "F8_E4M3"}, {dtype::float8_e5m2, "F8_E5M2"},
-};
-
+// safetensors' dtype names (the Dtype enum of safetensors/src/tensor.rs): the
+// `safetensors` column of the dtype table (leaf/dtype.hpp).
 inline std::optional<std::string_view> name_of(dtype d) {
-  for (const auto& n : dtype_names)
-    if (n.type == d) return n.name;
-  return std::nullopt;
+  if (info(d).safetensors.empty()) return std::nullopt;
+  return info(d).safetensors;
 }
 inline std::optional<dtype> dtype_of(std::string_view s) {
-  for (const auto& n : dtype_names)
-    if (n.name == s) return n.type;
+  for (const auto& e : dtype_table)
+    if (!e.safetensors.empty() && e.safetensors == s) return e.type;
   return std::nullopt;
 }
 
@@ -176,7 +161,7 @@ inline void write_file(const fs::path& file, const std::vector<const SnapshotLea
   for (int i = 0; i < 8; ++i) len[i] = static_cast<std::byte>((hl >> (8 * i)) & 0xff);
   // Written in pieces with writeback started every 32 MiB, as the native writer does:
   // the disk then works while later pieces are copied, instead of all at the final fsync.
-  namespace nd = native_format::detail;
+  namespace nd = detail::native;
   io::File f = io::File::create(file);
   std::vector<iovec> batch{{len, 8}, {header.data(), header.size()}};
   std::size_t batch_bytes = 8 + header.size();
@@ -320,7 +305,7 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
       }
       continue;
     }
-    const std::string name_in_message = safetensors_detail::shown(name);
+    const std::string name_in_message = detail::safetensors::shown(name);
     auto fail_t = [&](const std::string& what) { fail(name_in_message, what); };
     if (!v.is_object()) fail_t("tensor " + quote_for_message(name_in_message) + " is not an object");
     const auto dt = v.find("dtype");
@@ -460,21 +445,21 @@ inline bool is_index_json(const fs::path& p) {
   return n.size() > 24 && n.ends_with(".safetensors.index.json");
 }
 
-}  // namespace safetensors_detail
+}  // namespace detail::safetensors
 
 struct safetensors {
   static constexpr const char* name = "safetensors";
 
   // Inside a staging directory (the manager's step, save<safetensors>("dir", ...)).
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o) {
-    safetensors_detail::write_dir(s, dir, o.max_shard_bytes, safetensors_detail::default_metadata(s), dir.string());
+    detail::safetensors::write_dir(s, dir, o.max_shard_bytes, detail::safetensors::default_metadata(s), dir.string());
   }
 
   // save<safetensors>(path, state): a path ending in .safetensors is the file itself
   // (renamed into place whole); any other path is a directory as write() fills it.
   static void save_file(const std::filesystem::path& path, const Snapshot& s, const SaveOptions& o) {
     if (path.extension() == ".safetensors") {
-      save_file_with_metadata(path, s, safetensors_detail::default_metadata(s), o.force);
+      save_file_with_metadata(path, s, detail::safetensors::default_metadata(s), o.force);
       return;
     }
     std::error_code ec;
@@ -488,15 +473,15 @@ struct safetensors {
   // One file with the caller's __metadata__ (string to string) instead of the default.
   static void save_file_with_metadata(const std::filesystem::path& file, const Snapshot& s,
                                       const std::map<std::string, std::string>& metadata, bool force = false) {
-    const auto leaves = safetensors_detail::ordered_leaves(s, file.string());
-    flax_detail::commit_file(file, force, [&](const std::filesystem::path& tmp) {
-      safetensors_detail::write_file(tmp, leaves, metadata, file.string());
+    const auto leaves = detail::safetensors::ordered_leaves(s, file.string());
+    io::publish_file(file, force, [&](const std::filesystem::path& tmp) {
+      detail::safetensors::write_file(tmp, leaves, metadata, file.string());
     });
   }
 
   // A .safetensors file, a *.safetensors.index.json, or a directory holding either.
   static bool detect(const std::filesystem::path& p) {
-    namespace sd = safetensors_detail;
+    namespace sd = detail::safetensors;
     std::error_code ec;
     if (std::filesystem::is_directory(p, ec))
       return std::filesystem::is_regular_file(p / sd::index_file, ec) || sd::looks_like_file(p / sd::single_file);
@@ -507,7 +492,7 @@ struct safetensors {
   static bool is_committed(const std::filesystem::path& p) { return detect(p); }
 
   static std::shared_ptr<const Index> open(const std::filesystem::path& p) {
-    namespace sd = safetensors_detail;
+    namespace sd = detail::safetensors;
     std::error_code ec;
     if (std::filesystem::is_directory(p, ec)) {
       if (std::filesystem::is_regular_file(p / sd::index_file, ec)) return sd::open_sharded(p / sd::index_file, p.string());
@@ -519,7 +504,7 @@ struct safetensors {
 
   // The __metadata__ of a file (or of the first shard of a sharded directory).
   static std::map<std::string, std::string> metadata(const std::filesystem::path& p) {
-    namespace sd = safetensors_detail;
+    namespace sd = detail::safetensors;
     std::error_code ec;
     std::filesystem::path file = p;
     if (std::filesystem::is_directory(p, ec)) {

@@ -23,7 +23,7 @@
 
 namespace ckpt {
 
-namespace t5x_detail {
+namespace detail::t5x {
 namespace fs = std::filesystem;
 using zarr::json;
 
@@ -35,7 +35,7 @@ inline constexpr std::string_view placeholder = "PLACEHOLDER://";
 inline fs::path checked_relative(std::string s, const std::string& checkpoint, const Path& p) {
   while (!s.empty() && s.back() == '/') s.pop_back();
   if (s.empty() || s[0] == '/')
-    throw CorruptCheckpointError(checkpoint, p.str(), "array path " + native_format::quote_for_message(s) +
+    throw CorruptCheckpointError(checkpoint, p.str(), "array path " + quote_for_message(s) +
                                                           " is not relative to the checkpoint");
   fs::path out;
   std::size_t at = 0;
@@ -43,7 +43,7 @@ inline fs::path checked_relative(std::string s, const std::string& checkpoint, c
     const std::size_t slash = std::min(s.find('/', at), s.size());
     const std::string part = s.substr(at, slash - at);
     if (!zarr::safe_name(part))
-      throw CorruptCheckpointError(checkpoint, p.str(), "array path " + native_format::quote_for_message(s) +
+      throw CorruptCheckpointError(checkpoint, p.str(), "array path " + quote_for_message(s) +
                                                             " leaves the checkpoint directory");
     out /= part;
     at = slash + 1;
@@ -141,7 +141,7 @@ inline interop::SpecialLeaf special(const fs::path& dir) {
     return true;
   };
 }
-}  // namespace t5x_detail
+}  // namespace detail::t5x
 
 template <io::codec C = io::codec::gzip, int Level = 1>
 struct basic_t5x {
@@ -172,7 +172,7 @@ struct basic_t5x {
     };
     interop::PieceWriter w;
     w.pk().pack_map(2);
-    w.str("version"); w.pk().pack(t5x_detail::version);
+    w.str("version"); w.pk().pack(detail::t5x::version);
     w.str("optimizer");
     if (root.leaf == nullptr && root.children.empty()) w.pk().pack_map(0);
     else interop::write_tree(w, root, ckpt, hook);
@@ -181,7 +181,7 @@ struct basic_t5x {
 
   static bool detect(const std::filesystem::path& dir) {
     std::error_code ec;
-    return std::filesystem::is_directory(dir, ec) && flax_detail::looks_like_msgpack_map(dir / "checkpoint");
+    return std::filesystem::is_directory(dir, ec) && flax::looks_like_msgpack_map(dir / "checkpoint");
   }
 
   // t5x writes `checkpoint` last, after every array: its presence means the step is whole.
@@ -190,7 +190,7 @@ struct basic_t5x {
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec)) throw Error(dir.string(), "", "no t5x checkpoint here (not a directory)");
-    return flax_detail::open_msgpack(dir / "checkpoint", dir.string(), "t5x", t5x_detail::special(dir), true);
+    return flax::open_msgpack(dir / "checkpoint", dir.string(), "t5x", detail::t5x::special(dir), true);
   }
 };
 using t5x = basic_t5x<>;

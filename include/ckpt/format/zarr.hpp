@@ -85,7 +85,7 @@ inline void write_node(const fs::path& dir, const interop::SnapNode& n, io::code
   write_zgroup(dir);
   for (const auto& [k, child] : n.children) {
     if (!safe_name(k) || k[0] == '.')
-      throw Error(checkpoint, p.child(k).str(), "key " + native_format::quote_for_message(k) +
+      throw Error(checkpoint, p.child(k).str(), "key " + quote_for_message(k) +
                                                     " cannot be a zarr directory name");
     write_node(dir / k, *child, c, level, checkpoint, p.child(k));
   }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>  // IOV_MAX
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

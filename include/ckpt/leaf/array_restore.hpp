@@ -4,13 +4,16 @@
 #include <cstring>
 #include <span>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/leaf/codec.hpp>
 
 namespace ckpt::detail {
 
 // Checks the dtype converts and the rank matches (rank < 0: any) and, when `fixed` is given, the exact shape;
 // returns the element count of the checkpoint's leaf.
-inline std::size_t check_array_leaf(const LeafSource& src, dtype type, int rank, const Shape* fixed = nullptr) {
+CKPT_API std::size_t check_array_leaf(const LeafSource& src, dtype type, int rank, const Shape* fixed = nullptr);
+#if CKPT_DEFINE_API
+CKPT_API std::size_t check_array_leaf(const LeafSource& src, dtype type, int rank, const Shape* fixed) {
   src.expect_castable(type);
   const Shape& s = src.shape();
   if (rank >= 0 && static_cast<int>(s.size()) != rank) {
@@ -22,6 +25,7 @@ inline std::size_t check_array_leaf(const LeafSource& src, dtype type, int rank,
   if (fixed && *fixed != s) src.fail_shape(*fixed);
   return static_cast<std::size_t>(element_count(s));  // the index has checked it against the bytes
 }
+#endif
 
 // A target that already holds an array of another shape is an error for restore_into.
 inline void check_dynamic_shape(const LeafSource& src, const Shape& current, std::size_t current_size) {

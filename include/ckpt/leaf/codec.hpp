@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/leaf/convert.hpp>
 #include <ckpt/leaf/dtype.hpp>
@@ -27,11 +28,8 @@ namespace ckpt {
 
 using Shape = std::vector<std::int64_t>;
 
-inline std::string shape_str(const Shape& s) {
-  std::string r = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
-}
+// "[2,3]": shapes as messages show them.
+CKPT_API std::string shape_str(const Shape& s);
 
 // Number of elements, or -1 when a dimension is negative or the product overflows 2^62.
 inline std::int64_t element_count(const Shape& s) {
@@ -112,58 +110,16 @@ class LeafSource {
   // source cannot outlive the call.
   virtual std::shared_ptr<const LeafSource> retain() const { return nullptr; }
 
-  std::vector<std::byte> read_all() const {
-    std::vector<std::byte> v(static_cast<std::size_t>(byte_length()));
-    read_into(v);
-    return v;
-  }
-
-  [[noreturn]] void fail_dtype(dtype target) const {
-    throw DtypeMismatchError(checkpoint(), path(),
-                             "dtype " + std::string(dtype_name(type())) + " in checkpoint, " +
-                                 std::string(dtype_name(target)) + " in target");
-  }
-  [[noreturn]] void fail_shape(const Shape& target, const char* what = "shape") const {
-    throw ShapeMismatchError(checkpoint(), path(),
-                             std::string(what) + " " + shape_str(shape()) + " in checkpoint, " +
-                                 shape_str(target) + " in target");
-  }
+  std::vector<std::byte> read_all() const;
+  [[noreturn]] void fail_dtype(dtype target) const;
+  [[noreturn]] void fail_shape(const Shape& target, const char* what = "shape") const;
   void expect_dtype(dtype target) const {
     if (type() != target) fail_dtype(target);
   }
   // Throws unless this leaf's elements may be converted to `target` (leaf/convert.hpp).
-  void expect_castable(dtype target) const {
-    if (!cast_allowed(type(), target, requested_dtype())) {
-      if (classify_cast(type(), target) == cast_kind::narrowing)
-        throw DtypeMismatchError(checkpoint(), path(),
-                                 "dtype " + std::string(dtype_name(type())) + " in checkpoint, " +
-                                     std::string(dtype_name(target)) +
-                                     " in target: a narrowing cast (ask for it with restore_dtype)");
-      fail_dtype(target);
-    }
-  }
+  void expect_castable(dtype target) const;
   // Reads n elements converted to `target` into dst (n * dtype_size(target) bytes).
-  void read_as(dtype target, std::span<std::byte> dst) const {
-    if (shape_only()) {
-      if (!dst.empty()) std::memset(dst.data(), 0, dst.size());  // an empty array's data() may be null
-      return;
-    }
-    if (type() == target) {
-      // Bools are checked right after reading (codecs look at the bytes): read them now.
-      if (target == dtype::bool_) return read_into(dst);
-      return read_into_deferred(dst);
-    }
-    expect_castable(target);
-    const std::size_t n = dst.size() / dtype_size(target);
-    if (byte_length() != n * dtype_size(type())) fail_shape(shape());
-    const std::vector<std::byte> raw = read_all();
-    if (auto bad = convert_elements(type(), raw.data(), target, dst.data(), n)) {
-      throw DtypeMismatchError(checkpoint(), path(),
-                               "element " + std::to_string(*bad) + " does not fit in " +
-                                   std::string(dtype_name(target)) + " (dtype " + std::string(dtype_name(type())) +
-                                   " in checkpoint)");
-    }
-  }
+  void read_as(dtype target, std::span<std::byte> dst) const;
 };
 
 template <class U>
@@ -171,5 +127,64 @@ struct leaf_codec;  // specialized for every leaf type
 
 template <class U>
 concept leaf = requires { leaf_codec<U>::rank; };
+
+#if CKPT_DEFINE_API
+CKPT_API std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+CKPT_API std::vector<std::byte> LeafSource::read_all() const {
+  std::vector<std::byte> v(static_cast<std::size_t>(byte_length()));
+  read_into(v);
+  return v;
+}
+
+CKPT_API void LeafSource::fail_dtype(dtype target) const {
+  throw DtypeMismatchError(checkpoint(), path(),
+                           "dtype " + std::string(dtype_name(type())) + " in checkpoint, " +
+                               std::string(dtype_name(target)) + " in target");
+}
+
+CKPT_API void LeafSource::fail_shape(const Shape& target, const char* what) const {
+  throw ShapeMismatchError(checkpoint(), path(),
+                           std::string(what) + " " + shape_str(shape()) + " in checkpoint, " + shape_str(target) +
+                               " in target");
+}
+
+CKPT_API void LeafSource::expect_castable(dtype target) const {
+  if (!cast_allowed(type(), target, requested_dtype())) {
+    if (classify_cast(type(), target) == cast_kind::narrowing)
+      throw DtypeMismatchError(checkpoint(), path(),
+                               "dtype " + std::string(dtype_name(type())) + " in checkpoint, " +
+                                   std::string(dtype_name(target)) +
+                                   " in target: a narrowing cast (ask for it with restore_dtype)");
+    fail_dtype(target);
+  }
+}
+
+CKPT_API void LeafSource::read_as(dtype target, std::span<std::byte> dst) const {
+  if (shape_only()) {
+    if (!dst.empty()) std::memset(dst.data(), 0, dst.size());  // an empty array's data() may be null
+    return;
+  }
+  if (type() == target) {
+    // Bools are checked right after reading (codecs look at the bytes): read them now.
+    if (target == dtype::bool_) return read_into(dst);
+    return read_into_deferred(dst);
+  }
+  expect_castable(target);
+  const std::size_t n = dst.size() / dtype_size(target);
+  if (byte_length() != n * dtype_size(type())) fail_shape(shape());
+  const std::vector<std::byte> raw = read_all();
+  if (auto bad = convert_elements(type(), raw.data(), target, dst.data(), n)) {
+    throw DtypeMismatchError(checkpoint(), path(),
+                             "element " + std::to_string(*bad) + " does not fit in " +
+                                 std::string(dtype_name(target)) + " (dtype " + std::string(dtype_name(type())) +
+                                 " in checkpoint)");
+  }
+}
+#endif
 
 }  // namespace ckpt

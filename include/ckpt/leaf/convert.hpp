@@ -17,70 +17,20 @@
 #include <string>
 #include <type_traits>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/leaf/dtype.hpp>
 
 namespace ckpt {
 
-// Calls f(type_tag_v<E>) with the C++ element type of a numeric dtype.
-template <class E>
-struct element_tag {
-  using type = E;
-};
-
-template <class F>
-decltype(auto) visit_element_type(dtype d, F&& f) {
-  switch (d) {
-    case dtype::bool_: return f(element_tag<bool>{});
-    case dtype::int8: return f(element_tag<std::int8_t>{});
-    case dtype::int16: return f(element_tag<std::int16_t>{});
-    case dtype::int32: return f(element_tag<std::int32_t>{});
-    case dtype::int64: return f(element_tag<std::int64_t>{});
-    case dtype::uint8: return f(element_tag<std::uint8_t>{});
-    case dtype::uint16: return f(element_tag<std::uint16_t>{});
-    case dtype::uint32: return f(element_tag<std::uint32_t>{});
-    case dtype::uint64: return f(element_tag<std::uint64_t>{});
-    case dtype::float16: return f(element_tag<float16>{});
-    case dtype::bfloat16: return f(element_tag<bfloat16>{});
-    case dtype::float32: return f(element_tag<float>{});
-    case dtype::float64: return f(element_tag<double>{});
-    case dtype::complex64: return f(element_tag<std::complex<float>>{});
-    case dtype::complex128: return f(element_tag<std::complex<double>>{});
-    case dtype::string: case dtype::none: case dtype::float8_e4m3fn: case dtype::float8_e5m2: break;
-  }
-  return f(element_tag<void>{});
-}
-
-constexpr bool is_integer(dtype d) {
-  return d == dtype::int8 || d == dtype::int16 || d == dtype::int32 || d == dtype::int64 || d == dtype::uint8 ||
-         d == dtype::uint16 || d == dtype::uint32 || d == dtype::uint64;
-}
-constexpr bool is_signed_integer(dtype d) {
-  return d == dtype::int8 || d == dtype::int16 || d == dtype::int32 || d == dtype::int64;
-}
-constexpr bool is_real_floating(dtype d) {
-  return d == dtype::float16 || d == dtype::bfloat16 || d == dtype::float32 || d == dtype::float64;
-}
-constexpr bool is_complex(dtype d) { return d == dtype::complex64 || d == dtype::complex128; }
+constexpr bool is_signed_integer(dtype d) { return info(d).kind == dtype_kind::signed_integer; }
+constexpr bool is_integer(dtype d) { return is_signed_integer(d) || info(d).kind == dtype_kind::unsigned_integer; }
+constexpr bool is_real_floating(dtype d) { return info(d).kind == dtype_kind::floating; }
+constexpr bool is_complex(dtype d) { return info(d).kind == dtype_kind::complex; }
 constexpr bool is_floating(dtype d) { return is_real_floating(d) || is_complex(d); }
 
 // Significand bits a floating dtype keeps exactly (for int -> float and float -> float).
-constexpr int mantissa_bits(dtype d) {
-  switch (d) {
-    case dtype::float16: return 11;
-    case dtype::bfloat16: return 8;
-    case dtype::float32: case dtype::complex64: return 24;
-    case dtype::float64: case dtype::complex128: return 53;
-    default: return 0;
-  }
-}
-constexpr int exponent_range(dtype d) {  // max binary exponent, to compare ranges
-  switch (d) {
-    case dtype::float16: return 15;
-    case dtype::bfloat16: case dtype::float32: case dtype::complex64: return 127;
-    case dtype::float64: case dtype::complex128: return 1023;
-    default: return 0;
-  }
-}
+constexpr int mantissa_bits(dtype d) { return info(d).mantissa_bits; }
+constexpr int exponent_range(dtype d) { return info(d).max_exponent; }  // to compare ranges
 constexpr int value_bits(dtype d) {  // bits of magnitude an integer dtype holds
   return static_cast<int>(dtype_size(d) * 8) - (is_signed_integer(d) ? 1 : 0);
 }
@@ -96,6 +46,7 @@ enum class cast_kind {
 constexpr cast_kind classify_cast(dtype from, dtype to) {
   if (from == to) return cast_kind::exact;
   if (!is_numeric(from) || !is_numeric(to) || from == dtype::bool_ || to == dtype::bool_) return cast_kind::forbidden;
+  if (info(from).kind == dtype_kind::opaque || info(to).kind == dtype_kind::opaque) return cast_kind::forbidden;
   if (is_integer(from) && is_integer(to)) {
     const bool widening = is_signed_integer(from) ? is_signed_integer(to) && dtype_size(to) >= dtype_size(from)
                                                   : value_bits(to) >= value_bits(from);
@@ -157,8 +108,12 @@ bool fits(From v) {
 
 // Converts n elements; returns the index of the first value that does not fit (for
 // integer narrowing), in which case dst is partly written.
-inline std::optional<std::size_t> convert_elements(dtype from, const std::byte* src, dtype to, std::byte* dst,
-                                                   std::size_t n) {
+CKPT_API std::optional<std::size_t> convert_elements(dtype from, const std::byte* src, dtype to, std::byte* dst,
+                                                     std::size_t n);
+
+#if CKPT_DEFINE_API
+CKPT_API std::optional<std::size_t> convert_elements(dtype from, const std::byte* src, dtype to, std::byte* dst,
+                                                     std::size_t n) {
   // Pairs classify_cast forbids are never reached through it; they return at once.
   return visit_element_type(from, [&](auto ftag) -> std::optional<std::size_t> {
     using From = typename decltype(ftag)::type;
@@ -205,5 +160,7 @@ inline std::optional<std::size_t> convert_elements(dtype from, const std::byte* 
     }
   });
 }
+
+#endif
 
 }  // namespace ckpt

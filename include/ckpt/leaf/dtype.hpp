@@ -5,12 +5,15 @@
 // leaves, random-engine states) and `none` marks an empty std::optional.
 #pragma once
 
+#include <array>
 #include <complex>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include <ckpt/leaf/half.hpp>
 
@@ -20,65 +23,115 @@ enum class dtype : std::uint8_t {
   bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
   float16, bfloat16, float32, float64, complex64, complex128,
   string, none,
-  // Storage-only (safetensors F8_E4M3 / F8_E5M2, ml_dtypes' names): saved, listed and
-  // copied byte for byte; no C++ element type converts to or from them. Appended so
-  // that the values of the older enumerators stay what schemas were hashed with.
+  // Storage-only (safetensors F8_E4M3 / F8_E5M2, TF's FLOAT8 types; ml_dtypes' names):
+  // saved, listed and copied byte for byte; no C++ element type converts to or from
+  // them. Appended so that the older enumerators keep their values.
   float8_e4m3fn, float8_e5m2,
 };
 
-inline constexpr dtype all_dtypes[] = {
-    dtype::bool_,   dtype::int8,     dtype::int16,   dtype::int32,   dtype::int64,     dtype::uint8,
-    dtype::uint16,  dtype::uint32,   dtype::uint64,  dtype::float16, dtype::bfloat16,  dtype::float32,
-    dtype::float64, dtype::complex64, dtype::complex128, dtype::string, dtype::none,
-    dtype::float8_e4m3fn, dtype::float8_e5m2};
+// `opaque`: fixed-size elements ckpt stores but does not compute with (the float8 types).
+enum class dtype_kind : std::uint8_t { boolean, signed_integer, unsigned_integer, floating, complex, string, none, opaque };
 
-constexpr std::string_view dtype_name(dtype d) noexcept {
-  switch (d) {
-    case dtype::bool_: return "bool";
-    case dtype::int8: return "int8";
-    case dtype::int16: return "int16";
-    case dtype::int32: return "int32";
-    case dtype::int64: return "int64";
-    case dtype::uint8: return "uint8";
-    case dtype::uint16: return "uint16";
-    case dtype::uint32: return "uint32";
-    case dtype::uint64: return "uint64";
-    case dtype::float16: return "float16";
-    case dtype::bfloat16: return "bfloat16";
-    case dtype::float32: return "float32";
-    case dtype::float64: return "float64";
-    case dtype::complex64: return "complex64";
-    case dtype::complex128: return "complex128";
-    case dtype::string: return "string";
-    case dtype::none: return "none";
-    case dtype::float8_e4m3fn: return "float8_e4m3fn";
-    case dtype::float8_e5m2: return "float8_e5m2";
-  }
-  return "?";
+// Everything ckpt and the formats it speaks know about one dtype. The one table of
+// dtypes: formats and the command-line tool look names up here instead of keeping
+// switches of their own, so a new dtype is a new row (and, for a numeric one, its C++
+// element type in element_types below).
+struct dtype_info {
+  dtype type;
+  std::string_view name;         // numpy's name, also zarr v3's and the native manifest's
+  std::size_t size;              // bytes per element; 1 for string (length = bytes), 0 for none
+  dtype_kind kind;
+  int mantissa_bits;             // significand bits a floating dtype keeps exactly (casts)
+  int max_exponent;              // its largest binary exponent (casts compare ranges)
+  std::string_view zarr_v2;      // numpy typestr, little-endian ("<f4"), "" when zarr v2 has none
+  std::string_view safetensors;  // safetensors' name ("F32"), "" when it has none
+  int tf_datatype;               // TensorFlow's DataType enum value, 0 when it has none
+};
+
+// clang-format off
+inline constexpr dtype_info dtype_table[] = {
+  // type              name          size  kind                          mant  exp   zarr v2     safetensors  TF
+  {dtype::bool_,      "bool",        1,   dtype_kind::boolean,          0,    0,    "|b1",      "BOOL",      10},
+  {dtype::int8,       "int8",        1,   dtype_kind::signed_integer,   0,    0,    "|i1",      "I8",        6},
+  {dtype::int16,      "int16",       2,   dtype_kind::signed_integer,   0,    0,    "<i2",      "I16",       5},
+  {dtype::int32,      "int32",       4,   dtype_kind::signed_integer,   0,    0,    "<i4",      "I32",       3},
+  {dtype::int64,      "int64",       8,   dtype_kind::signed_integer,   0,    0,    "<i8",      "I64",       9},
+  {dtype::uint8,      "uint8",       1,   dtype_kind::unsigned_integer, 0,    0,    "|u1",      "U8",        4},
+  {dtype::uint16,     "uint16",      2,   dtype_kind::unsigned_integer, 0,    0,    "<u2",      "U16",       17},
+  {dtype::uint32,     "uint32",      4,   dtype_kind::unsigned_integer, 0,    0,    "<u4",      "U32",       22},
+  {dtype::uint64,     "uint64",      8,   dtype_kind::unsigned_integer, 0,    0,    "<u8",      "U64",       23},
+  {dtype::float16,    "float16",     2,   dtype_kind::floating,         11,   15,   "<f2",      "F16",       19},
+  {dtype::bfloat16,   "bfloat16",    2,   dtype_kind::floating,         8,    127,  "bfloat16", "BF16",      14},
+  {dtype::float32,    "float32",     4,   dtype_kind::floating,         24,   127,  "<f4",      "F32",       1},
+  {dtype::float64,    "float64",     8,   dtype_kind::floating,         53,   1023, "<f8",      "F64",       2},
+  {dtype::complex64,  "complex64",   8,   dtype_kind::complex,          24,   127,  "<c8",      "C64",       8},
+  {dtype::complex128, "complex128",  16,  dtype_kind::complex,          53,   1023, "<c16",     "",          18},
+  {dtype::string,     "string",      1,   dtype_kind::string,           0,    0,    "",         "",          7},
+  {dtype::none,       "none",        0,   dtype_kind::none,             0,    0,    "",         "",          0},
+  {dtype::float8_e4m3fn, "float8_e4m3fn", 1, dtype_kind::opaque,       0,    0,    "",         "F8_E4M3",   25},
+  {dtype::float8_e5m2, "float8_e5m2", 1,   dtype_kind::opaque,           0,    0,    "",         "F8_E5M2",   24},
+};
+// clang-format on
+
+// The C++ element type of each numeric dtype, in the order of the enum.
+using element_types = std::tuple<bool, std::int8_t, std::int16_t, std::int32_t, std::int64_t, std::uint8_t,
+                                 std::uint16_t, std::uint32_t, std::uint64_t, float16, bfloat16, float, double,
+                                 std::complex<float>, std::complex<double>>;
+
+namespace detail {
+constexpr bool dtype_table_is_in_enum_order() {
+  for (std::size_t i = 0; i < std::size(dtype_table); ++i)
+    if (static_cast<std::size_t>(dtype_table[i].type) != i) return false;
+  return true;
 }
+static_assert(dtype_table_is_in_enum_order(), "ckpt: dtype_table must list the dtypes in the order of the enum");
+static_assert(std::tuple_size_v<element_types> == static_cast<std::size_t>(dtype::string),
+              "ckpt: element_types must list one C++ type per numeric dtype, in the order of the enum");
+}  // namespace detail
+
+constexpr const dtype_info& info(dtype d) noexcept { return dtype_table[static_cast<std::size_t>(d)]; }
+
+inline constexpr auto all_dtypes = [] {
+  std::array<dtype, std::size(dtype_table)> a{};
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = dtype_table[i].type;
+  return a;
+}();
+
+constexpr std::string_view dtype_name(dtype d) noexcept { return info(d).name; }
 
 constexpr std::optional<dtype> dtype_from_name(std::string_view name) noexcept {
-  for (dtype d : all_dtypes)
-    if (dtype_name(d) == name) return d;
+  for (const auto& e : dtype_table)
+    if (e.name == name) return e.type;
   return std::nullopt;
 }
 
 // Bytes per element; 1 for string (a string leaf's length is its byte count), 0 for none.
-constexpr std::size_t dtype_size(dtype d) noexcept {
-  switch (d) {
-    case dtype::bool_: case dtype::int8: case dtype::uint8: case dtype::string: return 1;
-    case dtype::float8_e4m3fn: case dtype::float8_e5m2: return 1;
-    case dtype::int16: case dtype::uint16: case dtype::float16: case dtype::bfloat16: return 2;
-    case dtype::int32: case dtype::uint32: case dtype::float32: return 4;
-    case dtype::int64: case dtype::uint64: case dtype::float64: case dtype::complex64: return 8;
-    case dtype::complex128: return 16;
-    case dtype::none: return 0;
-  }
-  return 0;
-}
+constexpr std::size_t dtype_size(dtype d) noexcept { return info(d).size; }
 
 // True for the element types stored as fixed-size numbers (every dtype but string and none).
 constexpr bool is_numeric(dtype d) noexcept { return d != dtype::string && d != dtype::none; }
+
+// Calls f(element_tag<E>{}) with the C++ element type E of a numeric dtype, or
+// f(element_tag<void>{}) for string and none: byte-level code is written once and
+// instantiated once per dtype.
+template <class E>
+struct element_tag {
+  using type = E;
+};
+template <class F>
+decltype(auto) visit_element_type(dtype d, F&& f) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) -> decltype(auto) {
+    using R = decltype(f(element_tag<void>{}));
+    if constexpr (std::is_void_v<R>) {
+      if (!((static_cast<std::size_t>(d) == I ? (f(element_tag<std::tuple_element_t<I, element_types>>{}), true) : false) || ...))
+        f(element_tag<void>{});
+    } else {
+      std::optional<R> r;
+      ((static_cast<std::size_t>(d) == I ? (r.emplace(f(element_tag<std::tuple_element_t<I, element_types>>{})), true) : false) || ...);
+      return r ? std::move(*r) : f(element_tag<void>{});
+    }
+  }(std::make_index_sequence<std::tuple_size_v<element_types>>{});
+}
 
 // The dtype of a C++ element type, or no value when it has none.
 template <class E>
@@ -101,13 +154,23 @@ template <class E>
 struct dtype_of_element<E> {
   static constexpr dtype value = *detail::integer_dtype<E>();
 };
-template <> struct dtype_of_element<bool> { static constexpr dtype value = dtype::bool_; };
-template <> struct dtype_of_element<float> { static constexpr dtype value = dtype::float32; };
-template <> struct dtype_of_element<double> { static constexpr dtype value = dtype::float64; };
-template <> struct dtype_of_element<float16> { static constexpr dtype value = dtype::float16; };
-template <> struct dtype_of_element<bfloat16> { static constexpr dtype value = dtype::bfloat16; };
-template <> struct dtype_of_element<std::complex<float>> { static constexpr dtype value = dtype::complex64; };
-template <> struct dtype_of_element<std::complex<double>> { static constexpr dtype value = dtype::complex128; };
+// bool, the floating and complex types: their position in element_types.
+namespace detail {
+template <class E>
+constexpr std::size_t element_index() {
+  return []<std::size_t... I>(std::index_sequence<I...>) {
+    std::size_t found = sizeof...(I);
+    ((std::is_same_v<E, std::tuple_element_t<I, element_types>> ? (found = I, true) : false) || ...);
+    return found;
+  }(std::make_index_sequence<std::tuple_size_v<element_types>>{});
+}
+}  // namespace detail
+template <class E>
+  requires((std::is_same_v<E, bool> || !std::is_integral_v<E>) && !std::is_enum_v<E> &&
+           detail::element_index<E>() < std::tuple_size_v<element_types>)
+struct dtype_of_element<E> {
+  static constexpr dtype value = static_cast<dtype>(detail::element_index<E>());
+};
 template <class E>
   requires std::is_enum_v<E>
 struct dtype_of_element<E> : dtype_of_element<std::underlying_type_t<E>> {};

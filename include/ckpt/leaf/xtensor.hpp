@@ -3,11 +3,15 @@
 //
 // Restore sizes the container to the checkpoint's shape, then reads the bytes straight
 // into its storage: no intermediate buffer.
+//
+// Only xtensor's forward declarations are included: the codecs are partial
+// specializations, instantiated when a program saves a container it has included
+// itself. Parsing xarray.hpp, xtensor.hpp and xfixed.hpp costs a second or more per unit.
 #pragma once
 
-#include <xtensor/xarray.hpp>
-#include <xtensor/xfixed.hpp>
-#include <xtensor/xtensor.hpp>
+#include <tuple>
+
+#include <xtensor/xtensor_forward.hpp>
 
 #include <ckpt/leaf/array_restore.hpp>
 

@@ -68,7 +68,7 @@ inline Item json_item(nlohmann::json value) { return Item::json(std::move(value)
 
 using Items = std::map<std::string, Item>;
 
-namespace manager_detail {
+namespace detail::manager {
 
 inline constexpr const char* items_dir = "items";
 
@@ -117,5 +117,5 @@ void write_items(const std::filesystem::path& step_dir, const Items& items, cons
   io::sync_dir(dir);
 }
 
-}  // namespace manager_detail
+}  // namespace detail::manager
 }  // namespace ckpt

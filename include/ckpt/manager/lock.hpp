@@ -18,7 +18,7 @@
 #include <ckpt/error.hpp>
 #include <ckpt/io/file.hpp>
 
-namespace ckpt::manager_detail {
+namespace ckpt::detail::manager {
 
 inline constexpr const char* lock_file_name = ".ckpt-manager.lock";
 
@@ -31,9 +31,9 @@ class RootLock {
     file_ = io::File(fd);
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       if (errno != EWOULDBLOCK) io::throw_errno("cannot lock", path);
-      throw Error(root.string(), "",
-                  "another CheckpointManager has this directory open for writing (" + owner(fd) +
-                      " holds " + lock_file_name + "); open it with .read_only = true to read it meanwhile");
+      throw RootLockedError(root.string(), "",
+                            "another CheckpointManager has this directory open for writing (" + owner(fd) +
+                                " holds " + lock_file_name + "); open it with .read_only = true to read it meanwhile");
     }
     const std::string pid = std::to_string(::getpid()) + "\n";
     if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
@@ -50,4 +50,4 @@ class RootLock {
   io::File file_;
 };
 
-}  // namespace ckpt::manager_detail
+}  // namespace ckpt::detail::manager

@@ -17,7 +17,7 @@
 
 #include <ckpt/error.hpp>
 
-namespace ckpt::manager_detail {
+namespace ckpt::detail::manager {
 
 namespace preemption {
 static_assert(std::atomic<bool>::is_always_lock_free, "SIGTERM handling needs a lock-free atomic flag");
@@ -66,4 +66,4 @@ class PreemptionWatch {
   static bool received() noexcept { return preemption::received.load(std::memory_order_relaxed); }
 };
 
-}  // namespace ckpt::manager_detail
+}  // namespace ckpt::detail::manager

@@ -22,7 +22,7 @@
 #include <ckpt/io/file.hpp>
 #include <ckpt/retain/record.hpp>
 
-namespace ckpt::manager_detail {
+namespace ckpt::detail::manager {
 
 inline constexpr const char* step_metadata_file = "_CHECKPOINT_METADATA";
 // A metadata file larger than this is refused as corrupt (it holds a few numbers and the user's JSON).
@@ -104,4 +104,4 @@ inline StepMetadata read_step_metadata(const std::filesystem::path& dir) {
   return m;
 }
 
-}  // namespace ckpt::manager_detail
+}  // namespace ckpt::detail::manager

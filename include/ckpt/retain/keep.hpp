@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <concepts>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,17 +26,23 @@
 
 namespace ckpt::retain {
 
-struct RetentionOptions {
-  std::optional<int> max_to_keep{};
-  std::optional<std::int64_t> keep_period{};
-  std::optional<std::chrono::duration<double>> keep_time_interval{};
-  std::string best_metric{};
-  BestMode best_mode = BestMode::max;
-  bool keep_checkpoints_without_metrics = true;
+// What the retention rules read of a manager's options. The fields are declared once,
+// in ckpt::ManagerOptions with Orbax's flat names; the rules take any type that has
+// them, so retain/ stays free of the manager and its tests can pass a ManagerOptions.
+template <class O>
+concept retention_options = requires(const O& o) {
+  { o.max_to_keep } -> std::convertible_to<std::optional<int>>;
+  { o.keep_period } -> std::convertible_to<std::optional<std::int64_t>>;
+  { o.keep_time_interval } -> std::convertible_to<std::optional<std::chrono::duration<double>>>;
+  { o.best_metric } -> std::convertible_to<std::string>;
+  { o.best_mode } -> std::convertible_to<BestMode>;
+  { o.keep_checkpoints_without_metrics } -> std::convertible_to<bool>;
 };
 
-namespace detail {
-inline std::vector<StepRecord> by_step(std::vector<StepRecord> records) {
+}  // namespace ckpt::retain
+
+namespace ckpt::detail::retain {
+inline std::vector<ckpt::retain::StepRecord> by_step(std::vector<ckpt::retain::StepRecord> records) {
   std::sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   return records;
 }
@@ -46,7 +53,9 @@ inline std::set<std::int64_t> last_n(const std::vector<std::int64_t>& ordered, i
   out.insert(ordered.begin() + static_cast<std::ptrdiff_t>(from), ordered.end());
   return out;
 }
-}  // namespace detail
+}  // namespace ckpt::detail::retain
+
+namespace ckpt::retain {
 
 inline std::set<std::int64_t> latest(const std::vector<StepRecord>& records) {
   if (records.empty()) return {};
@@ -56,8 +65,8 @@ inline std::set<std::int64_t> latest(const std::vector<StepRecord>& records) {
 // The n most recent steps.
 inline std::set<std::int64_t> most_recent(const std::vector<StepRecord>& records, int n) {
   std::vector<std::int64_t> steps;
-  for (const auto& r : detail::by_step(records)) steps.push_back(r.step);
-  return detail::last_n(steps, n);
+  for (const auto& r : detail::retain::by_step(records)) steps.push_back(r.step);
+  return detail::retain::last_n(steps, n);
 }
 
 // Steps ordered from worst to best by `metric` (ties: the later step is better).
@@ -66,7 +75,7 @@ inline std::vector<std::int64_t> rank_by_metric(const std::vector<StepRecord>& r
                                                 BestMode mode, std::vector<std::int64_t>* without = nullptr) {
   std::vector<StepRecord> with;
   std::vector<std::int64_t> none;
-  for (const auto& r : detail::by_step(records)) {
+  for (const auto& r : detail::retain::by_step(records)) {
     if (metric_of(r, metric)) with.push_back(r);
     else none.push_back(r.step);
   }
@@ -85,9 +94,9 @@ inline std::vector<std::int64_t> rank_by_metric(const std::vector<StepRecord>& r
 // otherwise they rank below every step that has it.
 inline std::set<std::int64_t> best_n(const std::vector<StepRecord>& records, const std::string& metric,
                                      BestMode mode, int n, bool keep_without) {
-  if (!keep_without) return detail::last_n(rank_by_metric(records, metric, mode), n);
+  if (!keep_without) return detail::retain::last_n(rank_by_metric(records, metric, mode), n);
   std::vector<std::int64_t> without;
-  auto out = detail::last_n(rank_by_metric(records, metric, mode, &without), n);
+  auto out = detail::retain::last_n(rank_by_metric(records, metric, mode, &without), n);
   out.insert(without.begin(), without.end());
   return out;
 }
@@ -116,7 +125,7 @@ inline std::set<std::int64_t> time_interval(const std::vector<StepRecord>& recor
                                             std::chrono::duration<double> interval) {
   std::set<std::int64_t> out;
   std::optional<std::chrono::system_clock::time_point> last;
-  for (const auto& r : detail::by_step(records)) {
+  for (const auto& r : detail::retain::by_step(records)) {
     if (!last || r.time - *last >= interval) {
       out.insert(r.step);
       last = r.time;
@@ -125,7 +134,8 @@ inline std::set<std::int64_t> time_interval(const std::vector<StepRecord>& recor
   return out;
 }
 
-inline std::set<std::int64_t> steps_to_keep(const std::vector<StepRecord>& records, const RetentionOptions& o) {
+template <retention_options O>
+std::set<std::int64_t> steps_to_keep(const std::vector<StepRecord>& records, const O& o) {
   if (!o.max_to_keep) {
     std::set<std::int64_t> all;
     for (const auto& r : records) all.insert(r.step);
@@ -141,10 +151,11 @@ inline std::set<std::int64_t> steps_to_keep(const std::vector<StepRecord>& recor
 }
 
 // The steps to prune, in ascending order.
-inline std::vector<std::int64_t> steps_to_delete(const std::vector<StepRecord>& records, const RetentionOptions& o) {
+template <retention_options O>
+std::vector<std::int64_t> steps_to_delete(const std::vector<StepRecord>& records, const O& o) {
   const auto keep = steps_to_keep(records, o);
   std::vector<std::int64_t> out;
-  for (const auto& r : detail::by_step(records))
+  for (const auto& r : detail::retain::by_step(records))
     if (!keep.contains(r.step)) out.push_back(r.step);
   return out;
 }

@@ -2,21 +2,26 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 namespace ckpt::retain {
 
-struct SaveDecision {
-  std::int64_t save_interval_steps = 1;
-  std::vector<std::int64_t> save_on_steps{};
+// What should_save reads of a manager's options (ckpt::ManagerOptions declares the
+// fields, with Orbax's names; see retain/keep.hpp).
+template <class O>
+concept save_decision_options = requires(const O& o) {
+  { o.save_interval_steps } -> std::convertible_to<std::int64_t>;
+  { o.save_on_steps } -> std::convertible_to<std::vector<std::int64_t>>;
 };
 
 // With no step saved yet, any step is due (Orbax). Otherwise a step is due when it is
 // after the latest one and on the interval or in save_on_steps. A preemption makes
 // every new step due, so that the last state before the process dies is kept.
-inline bool should_save(std::int64_t step, std::optional<std::int64_t> latest, const SaveDecision& d,
+template <save_decision_options O>
+bool should_save(std::int64_t step, std::optional<std::int64_t> latest, const O& d,
                         bool preempted = false) {
   if (latest && step <= *latest) return false;
   if (!latest || preempted) return true;

@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include <ckpt/detail/compile_mode.hpp>
+#if CKPT_DEFINE_API
 #include <ckpt/io/checksum.hpp>
+#endif
 #include <ckpt/tree/node.hpp>
 #include <ckpt/tree/path.hpp>
 
@@ -61,10 +64,14 @@ Schema schema_of() {
   return s;
 }
 
-inline std::uint64_t schema_fingerprint(const Schema& s) {
+// xxh3 of the schema's text: equal schemas, equal fingerprints.
+CKPT_API std::uint64_t schema_fingerprint(const Schema& s);
+#if CKPT_DEFINE_API
+CKPT_API std::uint64_t schema_fingerprint(const Schema& s) {
   std::string text;
   for (const auto& e : s) text += e.path + '\x1f' + e.dtype + '\x1f' + std::to_string(e.rank) + '\x1e';
   return io::xxh3(std::as_bytes(std::span(text)));
 }
+#endif
 
 }  // namespace ckpt

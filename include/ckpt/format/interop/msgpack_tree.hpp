@@ -139,7 +139,7 @@ class MsgpackTreeReader {
     if (dt.type != msgpack::type::STR) fail(p, "ndarray dtype is not a string");
     const std::string name(dt.via.str.ptr, dt.via.str.size);
     const auto d = zarr::dtype_from_numpy_name(name);
-    if (!d) fail(p, "numpy dtype " + native_format::quote_for_message(name) + " is not supported");
+    if (!d) fail(p, "numpy dtype " + quote_for_message(name) + " is not supported");
     r.type = *d;
     const auto& b = a.via.array.ptr[2];
     if (b.type == msgpack::type::BIN) r.bytes = std::as_bytes(std::span(b.via.bin.ptr, b.via.bin.size));

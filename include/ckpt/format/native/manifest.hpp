@@ -39,23 +39,6 @@ inline bool is_data_file_name(std::string_view s) {
   return true;
 }
 
-// A string from the manifest, quoted for an error message: bytes outside printable
-// ASCII become \xNN, since a NUL would cut what() short and others garble terminals.
-inline std::string quote_for_message(std::string_view s) {
-  std::string q = "\"";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      q += buf;
-    } else {
-      q.push_back(c);
-    }
-  }
-  return q + "\"";
-}
-
 inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vector<IndexEntry>& entries) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);

@@ -19,9 +19,8 @@
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
 
-namespace ckpt::native_format {
-
-namespace detail {
+namespace ckpt::detail::native {
+using namespace ckpt::native_format;  // the format's names (alignment, data_file_name, ...)
 inline const std::byte* zero_page() {
   alignas(4096) static const std::byte zeros[alignment] = {};
   return zeros;
@@ -94,7 +93,9 @@ inline void write_data_file(const std::filesystem::path& file, const Snapshot& s
   if (!batch.empty()) io::write_all(f, std::move(batch), file);
   f.sync(file);
 }
-}  // namespace detail
+}  // namespace ckpt::detail::native
+
+namespace ckpt::native_format {
 
 // Writes the checkpoint into `dir` (an empty staging directory); the caller commits it.
 inline void write(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opt) {
@@ -117,7 +118,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
 
   // Spread large leaves over the data files, biggest first onto the least loaded file;
   // each file then keeps snapshot order.
-  const unsigned nfiles = detail::data_file_count(opt, large.size());
+  const unsigned nfiles = detail::native::data_file_count(opt, large.size());
   std::vector<std::vector<std::size_t>> per_file(nfiles);
   std::vector<std::uint64_t> load(nfiles, 0);
   std::vector<std::size_t> by_size = large;
@@ -140,7 +141,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
 
   if (!large.empty()) {
     if (nfiles == 1) {
-      detail::write_data_file(dir / data_file_name(0), snap, entries, per_file[0]);
+      detail::native::write_data_file(dir / data_file_name(0), snap, entries, per_file[0]);
     } else {
       std::vector<std::exception_ptr> errors(nfiles);
       {
@@ -148,7 +149,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
         for (unsigned k = 0; k < nfiles; ++k)
           threads.emplace_back([&, k] {
             try {
-              detail::write_data_file(dir / data_file_name(k), snap, entries, per_file[k]);
+              detail::native::write_data_file(dir / data_file_name(k), snap, entries, per_file[k]);
             } catch (...) {
               errors[k] = std::current_exception();
             }

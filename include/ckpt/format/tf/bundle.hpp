@@ -32,26 +32,16 @@ namespace ckpt::tf {
 
 namespace fs = std::filesystem;
 
-// tensorflow/core/framework/types.proto: DataType codes of the types a bundle can hold.
-struct DataTypeCode {
-  int code;
-  dtype type;
-};
-inline constexpr DataTypeCode data_types[] = {
-    {1, dtype::float32},  {2, dtype::float64},  {3, dtype::int32},      {4, dtype::uint8},
-    {5, dtype::int16},    {6, dtype::int8},     {7, dtype::string},     {8, dtype::complex64},
-    {9, dtype::int64},    {10, dtype::bool_},   {14, dtype::bfloat16},  {17, dtype::uint16},
-    {18, dtype::complex128}, {19, dtype::float16}, {22, dtype::uint32}, {23, dtype::uint64},
-    {24, dtype::float8_e5m2}, {25, dtype::float8_e4m3fn},
-};
+// tensorflow/core/framework/types.proto: the DataType code of each dtype is the
+// `tf_datatype` column of the dtype table (leaf/dtype.hpp).
 inline std::optional<dtype> dtype_of(int code) {
-  for (const auto& d : data_types)
-    if (d.code == code) return d.type;
+  if (code <= 0) return std::nullopt;
+  for (const auto& e : dtype_table)
+    if (e.tf_datatype == code) return e.type;
   return std::nullopt;
 }
 
 namespace bundle_detail {
-using native_format::quote_for_message;
 
 inline constexpr std::int64_t max_shards = 100'000;
 inline constexpr std::uint64_t max_state_file_bytes = 1 << 20;
@@ -229,7 +219,7 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
                                   " is a V1 TensorFlow checkpoint (one table file, no .index); only V2 tensor bundles "
                                   "are read: convert it with TensorFlow (tf.compat.v1.train.Saver, write_version=V2)");
     }
-    throw Error(ckpt, "", "the checkpoint state names " + bd::quote_for_message(prefix->filename().string()) +
+    throw Error(ckpt, "", "the checkpoint state names " + quote_for_message(prefix->filename().string()) +
                               " but " + index_path.filename().string() + " does not exist");
   }
   const auto raw = io::read_file(index_path, table::max_file_bytes);

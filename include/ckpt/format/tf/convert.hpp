@@ -22,7 +22,7 @@
 #include <ckpt/format/tf/bundle.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/restore.hpp>
-#include <ckpt/tree/tree.hpp>
+#include <ckpt/restore/tree.hpp>
 
 namespace ckpt::tf {
 

@@ -1,4 +1,4 @@
-// ckpt/tree/fill.hpp — fill a value from an Index (the restore direction of walk).
+// ckpt/restore/fill.hpp — fill a value from an Index (the restore direction of walk).
 //
 // The target's type drives the traversal: each leaf it has is looked up by path,
 // checked and read straight into it. Leaves the checkpoint has and the target lacks
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/exec/parallel_reads.hpp>
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/tree/node.hpp>
 #include <ckpt/tree/path.hpp>
@@ -27,7 +27,7 @@ struct ReadSettings {
   bool verify_checksums = true;
   std::optional<dtype> requested_dtype{};
   bool shape_only = false;  // allocate targets without reading (abstract restore)
-  exec::ReadQueue* queue = nullptr;  // where deferred reads go; null: read at once
+  DeferredReads* queue = nullptr;  // where deferred reads go (exec::ReadQueue); null: read at once
 };
 
 // One entry of an Index, seen by a leaf codec. It shares ownership of the Index so
@@ -36,6 +36,9 @@ class IndexLeafSource final : public LeafSource {
  public:
   IndexLeafSource(std::shared_ptr<const Index> index, const IndexEntry& e, const ReadSettings& settings)
       : index_(std::move(index)), e_(e), settings_(settings) {}
+  // Out of line: in separate compilation, the class's vtable and virtual functions are
+  // then compiled once, in the library's unit, not in every unit that restores.
+  ~IndexLeafSource() override;
   dtype type() const override { return e_.type; }
   const Shape& shape() const override { return e_.shape; }
   std::uint64_t byte_length() const override { return e_.length; }
@@ -60,6 +63,10 @@ class IndexLeafSource final : public LeafSource {
   const IndexEntry& e_;
   ReadSettings settings_;
 };
+
+#if CKPT_DEFINE_API
+CKPT_API IndexLeafSource::~IndexLeafSource() = default;
+#endif
 
 struct FillContext {
   std::shared_ptr<const Index> index_ptr;

@@ -1,4 +1,4 @@
-// ckpt/tree/tree.hpp — ckpt::Tree: a checkpoint seen without a C++ target type.
+// ckpt/restore/tree.hpp — ckpt::Tree: a checkpoint seen without a C++ target type.
 //
 // restore_tree() loads every leaf's bytes; metadata() (or restore_tree with
 // .lazy = true) gives the same view from the manifest alone and reads a leaf only
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include <ckpt/index.hpp>
-#include <ckpt/io/checksum.hpp>
-#include <ckpt/tree/fill.hpp>
+#include <ckpt/restore/fill.hpp>
+#include <ckpt/tree/edit.hpp>
 
 namespace ckpt {
 
@@ -128,31 +128,18 @@ class Tree {
 
   // ---- editing (for RestoreOptions::transform) ----
 
-  // Renames the leaf or every leaf of the subtree at `from` to lie at `to`.
-  // Returns how many leaves moved.
+  // The same edits as Snapshot's (tree/edit.hpp). Renames the leaf or every leaf of the
+  // subtree at `from` to lie at `to`; returns how many moved (none: MissingLeafError).
   std::size_t rename(std::string_view from, std::string_view to) {
-    const Path f = Path::parse(from), t = Path::parse(to);
-    std::size_t n = 0;
-    for (auto& l : leaves_) {
-      if (!l.path_.starts_with(f)) continue;
-      std::vector<std::string> segs = t.segments();
-      segs.insert(segs.end(), l.path_.segments().begin() + static_cast<std::ptrdiff_t>(f.size()),
-                  l.path_.segments().end());
-      l.path_ = Path(std::move(segs));
-      ++n;
-    }
-    if (n == 0) throw MissingLeafError(checkpoint(), {f.str()});
+    const std::size_t n = detail::rename_leaves(leaves_, path_of, checkpoint(), from, to);
     dirty_ = true;
     return n;
   }
 
   // Removes the leaf or subtree at `path`; returns how many leaves went.
   std::size_t erase(std::string_view path) {
-    const Path p = Path::parse(path);
-    const auto before = leaves_.size();
-    std::erase_if(leaves_, [&](const Leaf& l) { return l.path_.starts_with(p); });
     dirty_ = true;
-    return before - leaves_.size();
+    return detail::erase_leaves(leaves_, path_of, path);
   }
 
   // Adds (or replaces) a leaf holding `value`, of any leaf type.
@@ -167,8 +154,7 @@ class Tree {
     l.length_ = b.view.size();
     l.index_ = index_;
     l.bytes_ = std::make_shared<const std::vector<std::byte>>(b.view.begin(), b.view.end());
-    std::erase_if(leaves_, [&](const Leaf& x) { return x.path_ == l.path_; });
-    leaves_.push_back(std::move(l));
+    detail::set_leaf(leaves_, path_of, std::move(l));
     dirty_ = true;
   }
 
@@ -192,6 +178,8 @@ class Tree {
   }
 
  private:
+  static Path& path_of(Leaf& l) { return l.path_; }
+
   const Leaf* find(const Path& p) const {
     if (!dirty_) {  // leaf i is still entry i of the index: use its map
       const IndexEntry* e = index_->find(p);

@@ -1,0 +1,461 @@
+// ckpt/manager/checkpoint_manager.hpp — CheckpointManager: numbered steps in one root directory, with
+// save policies, retention, metrics, items beside the state, async saves and preemption.
+//
+//   ckpt::CheckpointManager<TrainState, ckpt::async_save> mgr(
+//       "/tmp/run", {.max_to_keep = 3, .best_metric = "eval/loss", .best_mode = ckpt::BestMode::min,
+//                    .save_interval_steps = 100});
+//   for (...) { train(state); mgr.save(step, state, {{"eval/loss", loss}}); }
+//   mgr.wait_until_finished();
+//   TrainState s = mgr.restore();   // the latest step
+//
+// Policies are types (the executor: sync_save or async_save; the format: native),
+// the numbers are ManagerOptions. Each step is a directory <root>/<prefix><step>
+// holding a checkpoint of the state (readable by ckpt::restore on its own), the file
+// _CHECKPOINT_METADATA (metrics, times, custom metadata; see manager/step_metadata.hpp)
+// and items/ (see manager/items.hpp); it is written as .tmp-<name>-<random> and renamed
+// into place, so it is whole or absent. What is silent here follows Orbax's
+// CheckpointManager; docs/manager.md explains every choice.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <ckpt/error.hpp>
+#include <ckpt/exec/async_save.hpp>
+#include <ckpt/exec/executor.hpp>
+#include <ckpt/exec/sync_save.hpp>
+#include <ckpt/format/native.hpp>
+#include <ckpt/io/file.hpp>
+#include <ckpt/io/staging_dir.hpp>
+#include <ckpt/manager/items.hpp>
+#include <ckpt/manager/options.hpp>
+#include <ckpt/manager/lock.hpp>
+#include <ckpt/manager/preemption.hpp>
+#include <ckpt/manager/step_catalogue.hpp>
+#include <ckpt/manager/step_deletion.hpp>
+#include <ckpt/manager/step_metadata.hpp>
+#include <ckpt/manager/step_name.hpp>
+#include <ckpt/options.hpp>
+#include <ckpt/migrate.hpp>
+#include <ckpt/restore.hpp>
+#include <ckpt/retain/keep.hpp>
+#include <ckpt/retain/record.hpp>
+#include <ckpt/retain/save_decision.hpp>
+#include <ckpt/retain/tensorboard.hpp>
+#include <ckpt/save.hpp>
+#include <ckpt/snapshot.hpp>
+#include <ckpt/snapshot_edit.hpp>
+
+namespace ckpt {
+
+namespace detail::manager {
+
+template <class P>
+concept any_policy = executor_policy<P> || format_policy<P>;
+
+// The first policy of Ps satisfying the concept, or Default.
+template <template <class> class Is, class Default, class... Ps>
+struct pick;
+template <template <class> class Is, class Default>
+struct pick<Is, Default> {
+  using type = Default;
+};
+template <template <class> class Is, class Default, class P, class... Ps>
+struct pick<Is, Default, P, Ps...> {
+  using type = std::conditional_t<Is<P>::value, P, typename pick<Is, Default, Ps...>::type>;
+};
+template <class P>
+struct is_executor : std::bool_constant<executor_policy<P>> {};
+template <class P>
+struct is_format : std::bool_constant<format_policy<P>> {};
+
+}  // namespace detail::manager
+
+template <class State, class... Policies>
+class CheckpointManager {
+  static_assert((detail::manager::any_policy<Policies> && ...),
+                "ckpt::CheckpointManager<State, Policies...>: every policy must be an executor policy "
+                "(ckpt::sync_save, ckpt::async_save) or a format policy (ckpt::native)");
+  static_assert((0 + ... + (executor_policy<Policies> ? 1 : 0)) <= 1,
+                "ckpt::CheckpointManager: give at most one executor policy (ckpt::sync_save or ckpt::async_save)");
+  static_assert((0 + ... + (format_policy<Policies> ? 1 : 0)) <= 1,
+                "ckpt::CheckpointManager: give at most one format policy (ckpt::native)");
+
+ public:
+  using state_type = State;
+  using executor_policy_type = typename detail::manager::pick<detail::manager::is_executor, sync_save, Policies...>::type;
+  using format_type = typename detail::manager::pick<detail::manager::is_format, native, Policies...>::type;
+
+  explicit CheckpointManager(std::filesystem::path root, ManagerOptions options = {})
+      : root_(std::move(root)),
+        options_(std::move(options)),
+        naming_{options_.step_prefix, options_.step_format_fixed_length},
+        executor_(options_.async_timeout) {
+    node::require_tree<State>();
+    detail::manager::validate(options_, root_);
+    std::error_code ec;
+    const bool exists = std::filesystem::is_directory(root_, ec);
+    if (!exists && !options_.read_only) {
+      if (!options_.create)
+        throw Error(root_.string(), "", "no such directory (and ManagerOptions::create is false)");
+      std::filesystem::create_directories(root_, ec);
+      if (ec) throw Error(root_.string(), "", "cannot create the root directory: " + ec.message());
+    }
+    if (!options_.read_only) {
+      lock_.emplace(root_);
+      if (options_.cleanup_tmp_directories) detail::manager::cleanup_root(root_, naming_, &format_type::is_committed);
+      if (options_.save_on_preemption) preemption_.emplace();
+    }
+    scan();
+  }
+
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+  // Waits for an async save in flight (its failure, if any, is lost: call
+  // wait_until_finished() first to see it).
+  ~CheckpointManager() { executor_.wait_idle(); }
+
+  const std::filesystem::path& directory() const noexcept { return root_; }
+  const ManagerOptions& options() const noexcept { return options_; }
+  std::filesystem::path step_directory(std::int64_t step) const { return root_ / naming_.name(step); }
+
+  // Saves state as `step` when the policy says so (should_save) or args.force; false
+  // when skipped. A step that exists is an Error unless forced (then it is replaced).
+  // With async_save, returns once the state is copied; the write and the retention
+  // that follows it run in the background, and their failure is thrown (as an Error)
+  // by the next save() or wait_until_finished().
+  bool save(std::int64_t step, const State& state, Metrics metrics = {}, SaveArgs args = {}) {
+    executor_.rethrow_if_failed();
+    if (options_.read_only) return false;
+    if (step < 0) throw Error(root_.string(), "", "step must be >= 0, not " + std::to_string(step));
+    for (const auto& [name, item] : args.items) detail::manager::check_item_name(step_directory(step), name);
+    if (!args.force) {
+      if (has_step_or_pending(step))
+        throw StepExistsError(step_directory(step).string(), "",
+                              "step " + std::to_string(step) + " already exists (pass ckpt::SaveArgs{.force = true} to replace it)");
+      if (!should_save(step)) return false;
+    }
+    executor_.wait();
+
+    auto job = std::make_shared<PendingSave>();
+    job->step = step;
+    job->force = args.force;
+    job->snapshot = take_snapshot(state);
+    const SaveOptions& so = options_.save_options;  // as ckpt::save does
+    if (so.save_dtype) cast_floating_leaves(job->snapshot, *so.save_dtype, so.save_dtype_prefix);
+    if (so.transform) so.transform(job->snapshot);
+    job->items = std::move(args.items);
+    if constexpr (executor_policy_type::copies_state) {
+      job->snapshot.make_owned(buffer_);
+      for (auto& [name, item] : job->items) item.make_owned();
+    }
+    job->metadata.step = step;
+    job->metadata.format = format_type::name;
+    job->metadata.init_timestamp_nsecs = detail::manager::now_nsecs();
+    for (auto& [name, value] : metrics)  // JSON has no NaN nor infinities: such a metric is "none"
+      if (std::isfinite(value)) job->metadata.metrics.emplace(name, value);
+    job->metadata.custom_metadata = std::move(args.custom_metadata);
+    for (const auto& [name, item] : job->items)
+      job->metadata.items[name] = std::string(detail::manager::kind_name(item.type()));
+    {
+      std::lock_guard lock(mu_);
+      pending_ = step;
+    }
+    executor_.submit(step_directory(step).string(), [this, job] { run_save(*job); });
+    return true;
+  }
+
+  // Waits for the async save in flight; throws its failure, or an Error after async_timeout.
+  void wait_until_finished() { executor_.wait(); }
+
+  // Whether save(step) would save: no step yet, or a step after the latest (counting one
+  // in flight) that is on the interval or in save_on_steps, or any new step after SIGTERM.
+  bool should_save(std::int64_t step) const {
+    if (options_.read_only) return false;
+    std::optional<std::int64_t> last;
+    {
+      std::lock_guard lock(mu_);
+      if (!steps_.empty()) last = steps_.rbegin()->first;
+      if (pending_ && (!last || *pending_ > *last)) last = pending_;
+    }
+    return retain::should_save(step, last, options_, reached_preemption(step));
+  }
+
+  // Whether SIGTERM arrived since this process's first save_on_preemption manager started.
+  bool reached_preemption(std::int64_t /*step*/) const noexcept {
+    return preemption_.has_value() && detail::manager::PreemptionWatch::received();
+  }
+
+  // Committed steps, ascending (an async save in flight appears once it commits).
+  std::vector<std::int64_t> all_steps() const {
+    std::lock_guard lock(mu_);
+    std::vector<std::int64_t> out;
+    for (const auto& [step, info] : steps_) out.push_back(step);
+    return out;
+  }
+  std::optional<std::int64_t> latest_step() const {
+    std::lock_guard lock(mu_);
+    if (steps_.empty()) return std::nullopt;
+    return steps_.rbegin()->first;
+  }
+  // The best committed step by best_metric (ties: the later); none without best_metric.
+  std::optional<std::int64_t> best_step() const {
+    if (options_.best_metric.empty()) return std::nullopt;
+    return retain::best(ranked_records(), options_.best_metric, options_.best_mode);
+  }
+
+  Metrics metrics(std::int64_t step) const { return info(step).metrics; }
+  nlohmann::json custom_metadata(std::int64_t step) const { return info(step).custom_metadata; }
+  // Names of the items saved with the step.
+  std::vector<std::string> item_names(std::int64_t step) const {
+    std::vector<std::string> out;
+    for (const auto& [name, kind] : info(step).items) out.push_back(name);
+    return out;
+  }
+
+  // Restores a step (the latest when none is given) into a new State.
+  State restore(std::optional<std::int64_t> step = {}, const RestoreOptions& opts = {}) {
+    return ckpt::restore<State>(dir_to_read(step), opts);
+  }
+  void restore_into(std::int64_t step, State& state, const RestoreOptions& opts = {}) {
+    ckpt::restore_into(dir_to_read(step), state, opts);
+  }
+  // Steps written by an older version of State, through a migration or a chain
+  // (migrate.hpp): restore(step, m) and restore(std::nullopt, chain) for the latest.
+  template <class Old, class... R>
+  State restore(std::optional<std::int64_t> step, const Migration<Old, State, R...>& m, const RestoreOptions& opts = {}) {
+    return ckpt::restore<State>(dir_to_read(step), m, opts);
+  }
+  template <class... M>
+    requires(sizeof...(M) >= 1)
+  State restore(std::optional<std::int64_t> step, const Chain<M...>& c, const RestoreOptions& opts = {}) {
+    return ckpt::restore<State>(dir_to_read(step), c, opts);
+  }
+
+  // A tree item saved with the step (restorable without the state).
+  template <class T>
+  T restore_item(std::int64_t step, std::string_view name, const RestoreOptions& opts = {}) {
+    return ckpt::restore<T>(item_dir(step, name, Item::kind::tree), opts);
+  }
+  template <class T>
+  void restore_item_into(std::int64_t step, std::string_view name, T& value, const RestoreOptions& opts = {}) {
+    ckpt::restore_into(item_dir(step, name, Item::kind::tree), value, opts);
+  }
+  // A JSON item saved with the step.
+  nlohmann::json item_json(std::int64_t step, std::string_view name) {
+    const auto file = item_dir(step, name, Item::kind::json);
+    const auto bytes = io::read_file(file, std::uint64_t{1} << 30);
+    try {
+      return nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
+                                   reinterpret_cast<const char*>(bytes.data()) + bytes.size());
+    } catch (const std::exception& e) {
+      throw CorruptCheckpointError(file.string(), "", std::string("item is not valid JSON: ") + e.what());
+    }
+  }
+
+  // Deletes a step (moved to todelete_subdir when set), even the latest.
+  void delete_step(std::int64_t step) {
+    if (options_.read_only)
+      throw ReadOnlyError(root_.string(), "", "read-only manager: cannot delete step " + std::to_string(step));
+    executor_.wait_idle();
+    std::string name;
+    {
+      std::lock_guard lock(mu_);
+      const auto it = steps_.find(step);
+      if (it == steps_.end())
+        throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(step) + " to delete");
+      name = it->second.name;
+      steps_.erase(it);
+    }
+    detail::manager::remove_step_dir(root_, options_.todelete_subdir, name);
+  }
+
+  // Reads the root directory again (steps saved or deleted by someone else).
+  void reload() {
+    executor_.wait_idle();
+    scan();
+  }
+
+ private:
+  void scan() {
+    auto found = detail::manager::scan_root(root_, naming_, &format_type::is_committed);
+    std::lock_guard lock(mu_);
+    steps_ = std::move(found);
+  }
+
+  struct PendingSave {
+    std::int64_t step = 0;
+    bool force = false;
+    Snapshot snapshot;
+    Items items;
+    detail::manager::StepMetadata metadata;
+  };
+
+  bool has_step_or_pending(std::int64_t step) const {
+    std::lock_guard lock(mu_);
+    return steps_.contains(step) || pending_ == step;
+  }
+
+  detail::manager::StepInfo info(std::int64_t step) const {
+    std::lock_guard lock(mu_);
+    const auto it = steps_.find(step);
+    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(step) + detail::manager::steps_list(steps_));
+    return it->second;
+  }
+
+  std::vector<retain::StepRecord> records() const {
+    std::lock_guard lock(mu_);
+    std::vector<retain::StepRecord> out;
+    for (const auto& [step, info] : steps_) out.push_back({step, info.time, info.metrics});
+    return out;
+  }
+
+  // records(), with best_metric read from TensorBoard when asked (outside the lock: it reads files).
+  std::vector<retain::StepRecord> ranked_records() const {
+    auto out = records();
+    if (options_.best_metric_from_tensorboard) {
+      const auto logged = tensorboard::read_metric(root_, options_.best_metric);
+      for (auto& r : out) {
+        r.metrics.erase(options_.best_metric);
+        if (const auto it = logged.find(r.step); it != logged.end()) r.metrics[options_.best_metric] = it->second;
+      }
+    }
+    return out;
+  }
+
+  // The directory of a step to read: waits for a save in flight so that it is listed.
+  std::filesystem::path dir_to_read(std::optional<std::int64_t> step) {
+    executor_.wait_idle();
+    std::lock_guard lock(mu_);
+    if (!step) {
+      if (steps_.empty()) throw NoSuchStepError(root_.string(), "", "no checkpoint to restore (no committed step)");
+      step = steps_.rbegin()->first;
+    }
+    const auto it = steps_.find(*step);
+    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(*step) + detail::manager::steps_list(steps_));
+    return root_ / it->second.name;
+  }
+
+  std::filesystem::path item_dir(std::int64_t step, std::string_view name, Item::kind kind) {
+    const auto dir = dir_to_read(step);
+    detail::manager::check_item_name(dir, name);
+    const auto i = info(step);
+    const auto it = i.items.find(std::string(name));
+    const std::string want(detail::manager::kind_name(kind));
+    if (it == i.items.end())
+      throw Error(dir.string(), "", "no item \"" + std::string(name) + "\" saved with this step");
+    if (it->second != want)
+      throw Error(dir.string(), "", "item \"" + std::string(name) + "\" is a " + it->second + " item, not a " + want +
+                                        " item");
+    const auto base = dir / detail::manager::items_dir;
+    return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
+  }
+
+  // The save itself: on the caller's thread (sync_save) or the background one (async_save).
+  void run_save(PendingSave& job) {
+    const std::string name = naming_.name(job.step);
+    try {
+      SaveOptions opts = options_.save_options;
+      opts.force = job.force;
+      save_snapshot<format_type>(root_ / name, job.snapshot, opts, [&](const std::filesystem::path& staging) {
+        detail::manager::write_items<format_type>(staging, job.items, opts);
+        job.metadata.commit_timestamp_nsecs = detail::manager::now_nsecs();
+        detail::manager::write_step_metadata(staging, job.metadata);
+      });
+    } catch (...) {
+      std::lock_guard lock(mu_);
+      pending_.reset();
+      throw;
+    }
+    {
+      std::lock_guard lock(mu_);
+      detail::manager::StepInfo info;
+      info.name = name;
+      info.time = job.metadata.init_time();
+      info.metrics = job.metadata.metrics;
+      info.custom_metadata = job.metadata.custom_metadata;
+      info.items = job.metadata.items;
+      steps_[job.step] = std::move(info);
+      pending_.reset();
+    }
+    prune();
+  }
+
+  void prune() {
+    for (std::int64_t step : retain::steps_to_delete(ranked_records(), options_)) {
+      std::string name;
+      {
+        std::lock_guard lock(mu_);
+        const auto it = steps_.find(step);
+        if (it == steps_.end()) continue;
+        name = it->second.name;
+        steps_.erase(it);
+      }
+      detail::manager::remove_step_dir(root_, options_.todelete_subdir, name);
+    }
+    if (options_.keep_dataset_checkpoints) prune_dataset_items(*options_.keep_dataset_checkpoints);
+  }
+
+  // Removes the dataset item from all but the newest `keep` steps holding it. The step's
+  // metadata is rewritten first (atomically, by rename), so that a crash in between
+  // leaves an unlisted item directory, never a listed item that is gone.
+  void prune_dataset_items(int keep) {
+    std::vector<std::pair<std::int64_t, std::string>> holders;  // newest first
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = steps_.rbegin(); it != steps_.rend(); ++it)
+        if (it->second.items.count(options_.dataset_item)) holders.emplace_back(it->first, it->second.name);
+    }
+    for (std::size_t i = static_cast<std::size_t>(keep); i < holders.size(); ++i) {
+      const auto dir = root_ / holders[i].second;
+      const auto file = dir / detail::manager::step_metadata_file;
+      const auto bytes = io::read_file(file, detail::manager::max_step_metadata_bytes);
+      auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+      if (j.is_object() && j.contains("items") && j["items"].is_object() && j["items"].contains(options_.dataset_item)) {
+        j["items"].erase(options_.dataset_item);
+        const std::string text = j.dump(1);
+        const auto tmp = dir / (std::string(io::staging_prefix) + detail::manager::step_metadata_file + "-" +
+                                io::random_suffix());
+        io::write_file_synced(tmp, std::as_bytes(std::span(text)));
+        std::filesystem::rename(tmp, file);
+        io::sync_dir(dir);
+      }
+      {
+        std::lock_guard lock(mu_);
+        if (const auto it = steps_.find(holders[i].first); it != steps_.end()) it->second.items.erase(options_.dataset_item);
+      }
+      std::error_code ec;
+      const auto base = dir / detail::manager::items_dir;
+      std::filesystem::remove_all(base / options_.dataset_item, ec);
+      std::filesystem::remove(base / (options_.dataset_item + ".json"), ec);
+    }
+  }
+
+  std::filesystem::path root_;
+  ManagerOptions options_;
+  StepNaming naming_;
+  std::optional<detail::manager::RootLock> lock_;
+  std::optional<detail::manager::PreemptionWatch> preemption_;
+  mutable std::mutex mu_;
+  std::map<std::int64_t, detail::manager::StepInfo> steps_;  // committed steps (guarded by mu_)
+  std::optional<std::int64_t> pending_;     // the step being saved (guarded by mu_)
+  SnapshotBuffer buffer_;                   // async: the one copy of the state, reused
+  typename executor_policy_type::executor executor_;  // last: destroyed first, waiting for the save in flight
+};
+
+}  // namespace ckpt

@@ -1,0 +1,106 @@
+// ckpt/manager/step_catalogue.hpp — which committed steps a root directory holds,
+// each with the metadata the manager needs (time, metrics, custom metadata, items);
+// and the clean-up of what interrupted saves and deletes leave.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include <ckpt/error.hpp>
+#include <ckpt/io/staging_dir.hpp>
+#include <ckpt/manager/step_metadata.hpp>
+#include <ckpt/manager/step_name.hpp>
+#include <ckpt/retain/record.hpp>
+
+namespace ckpt::detail::manager {
+
+// The format's Format::is_committed: a step directory without it is torn.
+using CommitCheck = bool (*)(const std::filesystem::path&);
+
+struct StepInfo {
+  std::string name;
+  std::chrono::system_clock::time_point time{};
+  Metrics metrics{};
+  nlohmann::json custom_metadata{};
+  std::map<std::string, std::string> items{};
+};
+
+// A step's metadata. A step saved by ckpt::save (no metadata file) or with an
+// unreadable one still counts, without metrics, timed by its directory.
+inline StepInfo load_step_info(const std::filesystem::path& dir, std::string name) {
+  StepInfo info;
+  info.name = std::move(name);
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(dir / step_metadata_file, ec)) {
+    try {
+      auto m = read_step_metadata(dir);
+      info.time = m.init_time();
+      info.metrics = std::move(m.metrics);
+      info.custom_metadata = std::move(m.custom_metadata);
+      info.items = std::move(m.items);
+      return info;
+    } catch (const Error&) {
+    }
+  }
+  const auto mtime = std::filesystem::last_write_time(dir, ec);
+  if (!ec)
+    info.time = std::chrono::time_point_cast<std::chrono::system_clock::duration>(
+        std::chrono::file_clock::to_sys(mtime));
+  return info;
+}
+
+// Removes what interrupted saves and deletes leave: .tmp-* directories and step
+// directories without a commit marker.
+inline void cleanup_root(const std::filesystem::path& root, const StepNaming& naming, CommitCheck is_committed) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory(ec)) continue;
+    const bool tmp = name.starts_with(io::staging_prefix);
+    const bool torn = !tmp && naming.parse(name) && !is_committed(e.path());
+    if (tmp || torn) {
+      std::error_code rm;
+      std::filesystem::remove_all(e.path(), rm);
+      if (rm) throw Error(e.path().string(), "", "cannot remove a leftover directory: " + rm.message());
+    }
+  }
+  if (ec) throw Error(root.string(), "", "cannot list the root directory: " + ec.message());
+}
+
+// The committed steps under root, by step number.
+inline std::map<std::int64_t, StepInfo> scan_root(const std::filesystem::path& root, const StepNaming& naming,
+                                                  CommitCheck is_committed) {
+  std::map<std::int64_t, StepInfo> found;
+  std::error_code ec;
+  if (std::filesystem::is_directory(root, ec)) {
+    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      const auto step = naming.parse(name);
+      if (!step || !e.is_directory(ec) || !is_committed(e.path())) continue;
+      // Two spellings of one step (another fixed length): the canonical one wins.
+      if (found.contains(*step) && name != naming.name(*step)) continue;
+      found[*step] = load_step_info(e.path(), name);
+    }
+    if (ec) throw Error(root.string(), "", "cannot list the root directory: " + ec.message());
+  }
+  return found;
+}
+
+// " (steps: 1 2 3)" for an error message, the first 20 at most.
+inline std::string steps_list(const std::map<std::int64_t, StepInfo>& steps) {
+  if (steps.empty()) return " (no steps)";
+  std::string s = " (steps:";
+  std::size_t n = 0;
+  for (const auto& [step, info] : steps) {
+    if (++n > 20) return s + " ...)";
+    s += " " + std::to_string(step);
+  }
+  return s + ")";
+}
+
+}  // namespace ckpt::detail::manager

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Every public header compiles on its own: for each include/ckpt/**/*.hpp, a
+# one-line TU `#include <ckpt/X.hpp>` is compiled with -fsyntax-only. A header
+# that leans on what an earlier include happened to bring in fails here, not in
+# a user's program that includes it first.
+#
+#   tools/check-headers.sh [compiler] [flags...]
+#
+# Default compiler: ${CXX:-g++}; default flags: -std=c++20 -Wall -Wextra -Werror
+# -Iinclude plus .deps/usr/include (see tools/install-deps.sh). Runs on every
+# core (JOBS overrides) and prints "N passed, M failed".
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cxx=${1:-${CXX:-g++}}
+[[ $# -gt 0 ]] && shift
+if [[ $# -gt 0 ]]; then
+  flags=("$@")
+else
+  flags=(-std=c++20 -Wall -Wextra -Werror -I"$root/include")
+  [[ -d "$root/.deps/usr/include" ]] && flags+=(-isystem "$root/.deps/usr/include")
+fi
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+headers=$(cd "$root/include" && find ckpt -name '*.hpp' | LC_ALL=C sort)
+total=$(wc -l <<<"$headers")
+# Each header in its own process, $jobs at a time; a failing one leaves its log.
+# The compiler and flags travel as arguments (xargs cannot pass an array).
+xargs -P "$jobs" -I{} bash -c '
+  out=$1 h=$2; shift 2
+  log="$out/${h//\//_}.log"
+  echo "#include <$h>" | "$@" -x c++ -fsyntax-only - >"$log" 2>&1 || { echo "$h" >>"$out/failed"; }
+' _ "$out" {} "$cxx" "${flags[@]}" <<<"$headers"
+failed=0
+if [[ -f "$out/failed" ]]; then
+  while read -r h; do
+    echo "FAIL $h:"; sed -n 1,30p "$out/${h//\//_}.log"
+  done < <(LC_ALL=C sort "$out/failed")
+  failed=$(wc -l <"$out/failed")
+fi
+echo "$((total - failed)) passed, $failed failed"
+[[ $failed -eq 0 ]]
