@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <xtensor/xtensor.hpp>
+
 #include <ckpt/formats.hpp>
 
 namespace fs = std::filesystem;
