@@ -84,7 +84,7 @@ TEST_CASE("retain: max_to_keep keeps the most recent steps, and no max keeps all
   CHECK(keep(r, {}) == std::set<std::int64_t>{10, 20, 30, 40});
   CHECK(keep(r, {.max_to_keep = 2}) == std::set<std::int64_t>{30, 40});
   CHECK(keep(r, {.max_to_keep = 0}) == std::set<std::int64_t>{40});  // the latest is never pruned
-  CHECK(ckpt::retain::steps_to_delete(r, {.max_to_keep = 1}) == Steps{10, 20, 30});
+  CHECK(ckpt::retain::steps_to_delete(r, ckpt::ManagerOptions{.max_to_keep = 1}) == Steps{10, 20, 30});
   CHECK(keep({}, {.max_to_keep = 1}).empty());
 }
 
