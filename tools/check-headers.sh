@@ -30,7 +30,9 @@ total=$(wc -l <<<"$headers")
 xargs -P "$jobs" -I{} bash -c '
   out=$1 h=$2; shift 2
   log="$out/${h//\//_}.log"
-  echo "#include <$h>" | "$@" -x c++ -fsyntax-only - >"$log" 2>&1 || { echo "$h" >>"$out/failed"; }
+  # src.hpp is the unit of a separate-compilation build and says so when misused
+  extra=(); [[ $h == ckpt/src.hpp ]] && extra=(-DCKPT_SEPARATE_COMPILATION)
+  echo "#include <$h>" | "$@" "${extra[@]}" -x c++ -fsyntax-only - >"$log" 2>&1 || { echo "$h" >>"$out/failed"; }
 ' _ "$out" {} "$cxx" "${flags[@]}" <<<"$headers"
 failed=0
 if [[ -f "$out/failed" ]]; then

@@ -1,5 +1,7 @@
 // Column-major xtensor containers would be saved in the wrong element order.
 #include <ckpt/ckpt.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
 
 struct Weights {
 #ifdef CKPT_SHOULD_FAIL

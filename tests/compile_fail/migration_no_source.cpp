@@ -1,6 +1,7 @@
 // A leaf of the new type with no source in the old one (and no rule) is a compile
 // error naming its path.
 #include <ckpt/ckpt.hpp>
+#include <ckpt/migrate.hpp>
 
 struct V1 {
   std::int64_t step = 0;

@@ -1,5 +1,6 @@
 // A rule naming a path the old type lacks is a compile error naming the path.
 #include <ckpt/ckpt.hpp>
+#include <ckpt/migrate.hpp>
 
 struct V1 {
   std::vector<float> mu;

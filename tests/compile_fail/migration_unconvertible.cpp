@@ -1,6 +1,9 @@
 // A leaf whose old type does not convert without loss into the new one is a compile
 // error naming the path and both types.
 #include <ckpt/ckpt.hpp>
+#include <ckpt/migrate.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
 
 struct V1 {
   xt::xtensor<double, 2> kernel;

@@ -104,9 +104,9 @@ CKPT_API std::shared_ptr<const Index> open_index(const std::filesystem::path& pa
   if (!std::filesystem::exists(path, ec)) throw Error(path.string(), "", "no checkpoint here (nothing exists at this path)");
   if (const FormatEntry* native = find_format("native"); native && std::filesystem::is_directory(path, ec))
     return native->open(path);
-  throw Error(path.string(), "",
-              "not a checkpoint in any format this program reads (" + registered_format_names() +
-                  "; include <ckpt/formats.hpp> for Orbax, t5x, zarr and Flax)");
+  std::string hint;
+  if (!find_format("orbax")) hint = "; a program that includes <ckpt/formats.hpp> also reads Orbax, t5x, zarr and Flax";
+  throw Error(path.string(), "", "not a checkpoint in any format ckpt reads (" + registered_format_names() + hint + ")");
 }
 #endif
 

@@ -166,8 +166,7 @@ struct basic_t5x {
           {"dtype", std::string(dtype_name(l.data.type))},
           {"kvstore", {{"driver", "file"}, {"path", name + "/"}}},
           {"metadata", {{"chunks", m.chunks}, {"compressor", zarr::compressor_json(m)}, {"shape", m.shape}}}};
-      const auto bytes = zarr::json::to_msgpack(spec);
-      w.raw(bytes.data(), bytes.size());
+      w.json(spec);
       return true;
     };
     interop::PieceWriter w;

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include <ckpt/detail/msgpack.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/native/manifest.hpp>
@@ -232,6 +234,36 @@ class PieceWriter {
     pk_.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
   }
   void raw(const void* p, std::size_t n) { buf_.write(static_cast<const char*>(p), n); }
+  // A JSON value as msgpack, with msgpack-cxx like every other msgpack ckpt writes: the
+  // TensorStore specs t5x keeps in its checkpoint file. Only ckpt's own values come here.
+  void json(const nlohmann::json& j) {
+    using t = nlohmann::json::value_t;
+    switch (j.type()) {
+      case t::object:
+        pk_.pack_map(static_cast<std::uint32_t>(j.size()));
+        for (const auto& [k, v] : j.items()) {
+          str(k);
+          json(v);
+        }
+        break;
+      case t::array:
+        pk_.pack_array(static_cast<std::uint32_t>(j.size()));
+        for (const auto& v : j) json(v);
+        break;
+      case t::string: str(j.get_ref<const std::string&>()); break;
+      case t::boolean: j.get<bool>() ? pk_.pack_true() : pk_.pack_false(); break;
+      case t::number_integer: pk_.pack(j.get<std::int64_t>()); break;
+      case t::number_unsigned: pk_.pack(j.get<std::uint64_t>()); break;
+      case t::number_float: pk_.pack(j.get<double>()); break;
+      case t::binary: {
+        const auto& b = j.get_binary();
+        pk_.pack_bin(static_cast<std::uint32_t>(b.size()));
+        pk_.pack_bin_body(reinterpret_cast<const char*>(b.data()), static_cast<std::uint32_t>(b.size()));
+        break;
+      }
+      case t::null: case t::discarded: pk_.pack_nil(); break;
+    }
+  }
   void borrow(std::span<const std::byte> b) {
     flush();
     if (!b.empty()) parts_.push_back(b);

@@ -61,46 +61,27 @@ struct ArrayMeta {
   std::uint64_t chunk_bytes() const { return static_cast<std::uint64_t>(element_count(chunks)) * dtype_size(type); }
 };
 
-// numpy typestr (zarr's dtype) of a ckpt dtype; bfloat16 as TensorStore writes it.
+// numpy typestr (zarr's dtype) of a ckpt dtype, from the dtype table (bfloat16 as
+// TensorStore writes it).
 inline std::string typestr(dtype d) {
-  switch (d) {
-    case dtype::bool_: return "|b1";
-    case dtype::int8: return "|i1";
-    case dtype::uint8: return "|u1";
-    case dtype::int16: return "<i2";
-    case dtype::int32: return "<i4";
-    case dtype::int64: return "<i8";
-    case dtype::uint16: return "<u2";
-    case dtype::uint32: return "<u4";
-    case dtype::uint64: return "<u8";
-    case dtype::float16: return "<f2";
-    case dtype::bfloat16: return "bfloat16";
-    case dtype::float32: return "<f4";
-    case dtype::float64: return "<f8";
-    case dtype::complex64: return "<c8";
-    case dtype::complex128: return "<c16";
-    case dtype::string: case dtype::none: case dtype::float8_e4m3fn: case dtype::float8_e5m2: break;
-  }
-  throw Error("zarr has no dtype for ckpt's " + std::string(dtype_name(d)));
+  if (info(d).zarr_v2.empty()) throw Error("zarr has no dtype for ckpt's " + std::string(dtype_name(d)));
+  return std::string(info(d).zarr_v2);
 }
 
+// The dtype of a typestr in any byte order ('<', '>', '|', '='); big_endian says which.
 inline std::optional<dtype> dtype_from_typestr(std::string_view s, bool& big_endian) {
   big_endian = false;
-  if (s == "bfloat16" || s == "<V2" /* never written, but bfloat16 is 2 bytes */) return s == "bfloat16" ? std::optional(dtype::bfloat16) : std::nullopt;
+  if (s == "bfloat16") return dtype::bfloat16;
   if (s.size() < 3) return std::nullopt;
   const char order = s[0];
   if (order != '<' && order != '>' && order != '|' && order != '=') return std::nullopt;
-  const std::string_view t = s.substr(1);
-  std::optional<dtype> d;
-  if (t == "b1") d = dtype::bool_;
-  else if (t == "i1") d = dtype::int8; else if (t == "u1") d = dtype::uint8;
-  else if (t == "i2") d = dtype::int16; else if (t == "u2") d = dtype::uint16;
-  else if (t == "i4") d = dtype::int32; else if (t == "u4") d = dtype::uint32;
-  else if (t == "i8") d = dtype::int64; else if (t == "u8") d = dtype::uint64;
-  else if (t == "f2") d = dtype::float16; else if (t == "f4") d = dtype::float32; else if (t == "f8") d = dtype::float64;
-  else if (t == "c8") d = dtype::complex64; else if (t == "c16") d = dtype::complex128;
-  if (d && dtype_size(*d) > 1) big_endian = order == '>';
-  return d;
+  for (const auto& e : dtype_table) {
+    if (e.zarr_v2.size() < 2 || e.zarr_v2.substr(1) != s.substr(1) || (e.zarr_v2[0] != '<' && e.zarr_v2[0] != '|'))
+      continue;
+    big_endian = order == '>' && e.size > 1;
+    return e.type;
+  }
+  return std::nullopt;
 }
 
 // TensorStore's and numpy's dtype names are ckpt's names ("float32", "bfloat16", "bool").
@@ -177,24 +158,14 @@ inline std::vector<std::byte> decode_fill(const json& j, dtype d, const std::fun
     if (j.is_number_unsigned()) detail::put<I>(out, static_cast<I>(j.get<std::uint64_t>()));
     else detail::put<I>(out, static_cast<I>(j.get<std::int64_t>()));
   };
-  switch (d) {
-    case dtype::bool_:
+  visit_element_type(d, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<E, bool>) {
       if (j.is_boolean()) detail::put<std::uint8_t>(out, j.get<bool>());
       else detail::put<std::uint8_t>(out, num(j) != 0);
-      break;
-    case dtype::int8: integer(std::int8_t{}); break;
-    case dtype::int16: integer(std::int16_t{}); break;
-    case dtype::int32: integer(std::int32_t{}); break;
-    case dtype::int64: integer(std::int64_t{}); break;
-    case dtype::uint8: integer(std::uint8_t{}); break;
-    case dtype::uint16: integer(std::uint16_t{}); break;
-    case dtype::uint32: integer(std::uint32_t{}); break;
-    case dtype::uint64: integer(std::uint64_t{}); break;
-    case dtype::float16: detail::put(out, float16(static_cast<float>(num(j)))); break;
-    case dtype::bfloat16: detail::put(out, bfloat16(static_cast<float>(num(j)))); break;
-    case dtype::float32: detail::put(out, static_cast<float>(num(j))); break;
-    case dtype::float64: detail::put(out, num(j)); break;
-    case dtype::complex64: case dtype::complex128: {
+    } else if constexpr (std::is_integral_v<E>) {
+      integer(E{});
+    } else if constexpr (std::is_same_v<E, std::complex<float>> || std::is_same_v<E, std::complex<double>>) {
       double re = 0, im = 0;
       if (j.is_array()) {
         if (j.size() != 2) fail("complex fill_value must be [re, im]");
@@ -203,12 +174,14 @@ inline std::vector<std::byte> decode_fill(const json& j, dtype d, const std::fun
       } else {
         re = num(j);
       }
-      if (d == dtype::complex64) detail::put(out, std::complex<float>(static_cast<float>(re), static_cast<float>(im)));
-      else detail::put(out, std::complex<double>(re, im));
-      break;
+      using R = typename E::value_type;
+      detail::put(out, E(static_cast<R>(re), static_cast<R>(im)));
+    } else if constexpr (std::is_same_v<E, double>) {
+      detail::put(out, num(j));
+    } else if constexpr (!std::is_void_v<E>) {  // float, float16, bfloat16: from float
+      detail::put(out, E(static_cast<float>(num(j))));
     }
-    default: break;
-  }
+  });
   return out;
 }
 
