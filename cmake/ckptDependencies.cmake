@@ -4,7 +4,7 @@
 # `find_package(ckpt CONFIG)` consumers get the same dependencies.
 #
 # Defines the imported INTERFACE targets ckpt_deps::boost, ckpt_deps::msgpack,
-# ckpt_deps::zstd and ckpt_deps::xxhash (include dirs are SYSTEM, so warnings
+# ckpt_deps::zstd, ckpt_deps::xxhash and ckpt_deps::snappy (include dirs are SYSTEM, so warnings
 # in third-party headers never fail a -Werror build), and finds xtensor,
 # nlohmann_json, ZLIB and Threads. Sets:
 #   CKPT_DEPS_FOUND              TRUE when everything was found
@@ -81,8 +81,15 @@ if(NOT CKPT_BZ2_INCLUDE_DIR OR NOT CKPT_BZ2_LIBRARY)
 endif()
 mark_as_advanced(CKPT_BLOSC_INCLUDE_DIR CKPT_BLOSC_LIBRARY CKPT_LZ4_INCLUDE_DIR CKPT_LZ4_LIBRARY
   CKPT_BZ2_INCLUDE_DIR CKPT_BZ2_LIBRARY)
+# snappy: the blocks of TensorFlow checkpoint indexes (format/tf/table.hpp), C API
+find_path(CKPT_SNAPPY_INCLUDE_DIR NAMES snappy-c.h)
+find_library(CKPT_SNAPPY_LIBRARY NAMES snappy)
+if(NOT CKPT_SNAPPY_INCLUDE_DIR OR NOT CKPT_SNAPPY_LIBRARY)
+  _ckpt_dep_missing("snappy (Debian: libsnappy-dev)")
+endif()
 mark_as_advanced(CKPT_BOOST_INCLUDE_DIR CKPT_MSGPACK_INCLUDE_DIR
-  CKPT_ZSTD_INCLUDE_DIR CKPT_ZSTD_LIBRARY CKPT_XXHASH_INCLUDE_DIR CKPT_XXHASH_LIBRARY)
+  CKPT_ZSTD_INCLUDE_DIR CKPT_ZSTD_LIBRARY CKPT_XXHASH_INCLUDE_DIR CKPT_XXHASH_LIBRARY
+  CKPT_SNAPPY_INCLUDE_DIR CKPT_SNAPPY_LIBRARY)
 
 # --- CMake packages ------------------------------------------------------------
 find_package(xtensor CONFIG QUIET)
@@ -126,10 +133,14 @@ if(CKPT_DEPS_FOUND AND NOT TARGET ckpt_deps::boost)
       INTERFACE_INCLUDE_DIRECTORIES "${CKPT_${_lib}_INCLUDE_DIR}"
       INTERFACE_LINK_LIBRARIES "${CKPT_${_lib}_LIBRARY}")
   endforeach()
+  add_library(ckpt_deps::snappy INTERFACE IMPORTED)
+  set_target_properties(ckpt_deps::snappy PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${CKPT_SNAPPY_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES "${CKPT_SNAPPY_LIBRARY}")
 endif()
 
 # What ckpt (and the test-only single-header variant) link to.
 set(CKPT_DEPS_TARGETS
   ckpt_deps::boost ckpt_deps::msgpack xtensor nlohmann_json::nlohmann_json
   ckpt_deps::zstd ZLIB::ZLIB ckpt_deps::xxhash ckpt_deps::blosc ckpt_deps::lz4 ckpt_deps::bz2
-  Threads::Threads)
+  ckpt_deps::snappy Threads::Threads)

@@ -20,7 +20,7 @@ prefix=${CKPT_DEPS_PREFIX:-$repo_root/.deps}
 apt_packages=(
   g++ clang libclang-rt-14-dev cmake make ninja-build pkg-config meson
   libxtensor-dev xtl-dev doctest-dev
-  libzstd-dev zlib1g-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
+  libzstd-dev zlib1g-dev libxxhash-dev libsnappy-dev nlohmann-json3-dev libcli11-dev
   libblosc-dev liblz4-dev libbz2-dev
   # used by interop tests through /usr/bin/python3
   python3-zarr python3-numpy python3-msgpack python3-numcodecs python3-zstandard

@@ -1,4 +1,5 @@
-// ckpt/formats.hpp — every interop format: Orbax (with OCDBT), t5x, zarr v2 and v3, Flax msgpack.
+// ckpt/formats.hpp — every interop format: Orbax (with OCDBT), t5x, zarr v2 and v3, Flax msgpack,
+// safetensors, and TensorFlow checkpoints (read-only).
 //
 // Opt-in: <ckpt/ckpt.hpp> reads and writes the native format only, so that a program
 // that never meets another format does not compile their readers. Including this header
@@ -10,15 +11,19 @@
 
 #include <ckpt/format/flax.hpp>
 #include <ckpt/format/orbax.hpp>
+#include <ckpt/format/safetensors.hpp>
 #include <ckpt/format/t5x.hpp>
+#include <ckpt/format/tensorflow.hpp>
 #include <ckpt/format/zarr.hpp>
 #include <ckpt/format/zarr3.hpp>
 #include <ckpt/flax_checkpoints.hpp>
 #include <ckpt/detail/static_error.hpp>
+#include <ckpt/t5x_checkpoints.hpp>
 
 namespace ckpt {
 static_assert(format_policy<flax_msgpack>, CKPT_INTERNAL_CHECK("flax_msgpack must meet format_policy"));
 static_assert(format_policy<t5x>, CKPT_INTERNAL_CHECK("t5x must meet format_policy"));
 static_assert(format_policy<orbax>, CKPT_INTERNAL_CHECK("orbax must meet format_policy"));
 static_assert(format_policy<zarr_v2>, CKPT_INTERNAL_CHECK("zarr_v2 must meet format_policy"));
+static_assert(format_policy<safetensors>, CKPT_INTERNAL_CHECK("safetensors must meet format_policy"));
 }  // namespace ckpt

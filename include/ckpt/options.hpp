@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -26,6 +27,9 @@ struct SaveOptions {
   std::string save_dtype_prefix{};
   // Edits the flat list of leaves before it is written: rename, drop or add leaves.
   std::function<void(Snapshot&)> transform{};
+  // safetensors directories: split the tensors into model-0000i-of-0000n.safetensors
+  // files of at most this many bytes each, with model.safetensors.index.json (0: one file).
+  std::uint64_t max_shard_bytes = 0;
 };
 
 struct RestoreOptions {

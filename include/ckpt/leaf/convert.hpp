@@ -46,6 +46,7 @@ enum class cast_kind {
 constexpr cast_kind classify_cast(dtype from, dtype to) {
   if (from == to) return cast_kind::exact;
   if (!is_numeric(from) || !is_numeric(to) || from == dtype::bool_ || to == dtype::bool_) return cast_kind::forbidden;
+  if (info(from).kind == dtype_kind::opaque || info(to).kind == dtype_kind::opaque) return cast_kind::forbidden;
   if (is_integer(from) && is_integer(to)) {
     const bool widening = is_signed_integer(from) ? is_signed_integer(to) && dtype_size(to) >= dtype_size(from)
                                                   : value_bits(to) >= value_bits(from);

@@ -24,9 +24,14 @@ enum class dtype : std::uint8_t {
   bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
   float16, bfloat16, float32, float64, complex64, complex128,
   string, none,
+  // Storage-only (safetensors F8_E4M3 / F8_E5M2, TF's FLOAT8 types; ml_dtypes' names):
+  // saved, listed and copied byte for byte; no C++ element type converts to or from
+  // them. Appended so that the older enumerators keep their values.
+  float8_e4m3fn, float8_e5m2,
 };
 
-enum class dtype_kind : std::uint8_t { boolean, signed_integer, unsigned_integer, floating, complex, string, none };
+// `opaque`: fixed-size elements ckpt stores but does not compute with (the float8 types).
+enum class dtype_kind : std::uint8_t { boolean, signed_integer, unsigned_integer, floating, complex, string, none, opaque };
 
 // Everything ckpt and the formats it speaks know about one dtype. The one table of
 // dtypes: formats and the command-line tool look names up here instead of keeping
@@ -60,10 +65,12 @@ inline constexpr dtype_info dtype_table[] = {
   {dtype::bfloat16,   "bfloat16",    2,   dtype_kind::floating,         8,    127,  "bfloat16", "BF16",      14},
   {dtype::float32,    "float32",     4,   dtype_kind::floating,         24,   127,  "<f4",      "F32",       1},
   {dtype::float64,    "float64",     8,   dtype_kind::floating,         53,   1023, "<f8",      "F64",       2},
-  {dtype::complex64,  "complex64",   8,   dtype_kind::complex,          24,   127,  "<c8",      "",          8},
+  {dtype::complex64,  "complex64",   8,   dtype_kind::complex,          24,   127,  "<c8",      "C64",       8},
   {dtype::complex128, "complex128",  16,  dtype_kind::complex,          53,   1023, "<c16",     "",          18},
   {dtype::string,     "string",      1,   dtype_kind::string,           0,    0,    "",         "",          7},
   {dtype::none,       "none",        0,   dtype_kind::none,             0,    0,    "",         "",          0},
+  {dtype::float8_e4m3fn, "float8_e4m3fn", 1, dtype_kind::opaque,       0,    0,    "",         "F8_E4M3",   25},
+  {dtype::float8_e5m2, "float8_e5m2", 1,   dtype_kind::opaque,           0,    0,    "",         "F8_E5M2",   24},
 };
 // clang-format on
 

@@ -56,6 +56,7 @@
 #include <ckpt/retain/keep.hpp>
 #include <ckpt/retain/record.hpp>
 #include <ckpt/retain/save_decision.hpp>
+#include <ckpt/retain/tensorboard.hpp>
 #include <ckpt/save.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/snapshot_edit.hpp>
@@ -221,7 +222,7 @@ class CheckpointManager {
   // The best committed step by best_metric (ties: the later); none without best_metric.
   std::optional<std::int64_t> best_step() const {
     if (options_.best_metric.empty()) return std::nullopt;
-    return retain::best(records(), options_.best_metric, options_.best_mode);
+    return retain::best(ranked_records(), options_.best_metric, options_.best_mode);
   }
 
   Metrics metrics(std::int64_t step) const { return info(step).metrics; }
@@ -330,6 +331,19 @@ class CheckpointManager {
     return out;
   }
 
+  // records(), with best_metric read from TensorBoard when asked (outside the lock: it reads files).
+  std::vector<retain::StepRecord> ranked_records() const {
+    auto out = records();
+    if (options_.best_metric_from_tensorboard) {
+      const auto logged = tensorboard::read_metric(root_, options_.best_metric);
+      for (auto& r : out) {
+        r.metrics.erase(options_.best_metric);
+        if (const auto it = logged.find(r.step); it != logged.end()) r.metrics[options_.best_metric] = it->second;
+      }
+    }
+    return out;
+  }
+
   // The directory of a step to read: waits for a save in flight so that it is listed.
   std::filesystem::path dir_to_read(std::optional<std::int64_t> step) {
     executor_.wait_idle();
@@ -389,7 +403,7 @@ class CheckpointManager {
   }
 
   void prune() {
-    for (std::int64_t step : retain::steps_to_delete(records(), options_)) {
+    for (std::int64_t step : retain::steps_to_delete(ranked_records(), options_)) {
       std::string name;
       {
         std::lock_guard lock(mu_);
@@ -399,6 +413,42 @@ class CheckpointManager {
         steps_.erase(it);
       }
       detail::manager::remove_step_dir(root_, options_.todelete_subdir, name);
+    }
+    if (options_.keep_dataset_checkpoints) prune_dataset_items(*options_.keep_dataset_checkpoints);
+  }
+
+  // Removes the dataset item from all but the newest `keep` steps holding it. The step's
+  // metadata is rewritten first (atomically, by rename), so that a crash in between
+  // leaves an unlisted item directory, never a listed item that is gone.
+  void prune_dataset_items(int keep) {
+    std::vector<std::pair<std::int64_t, std::string>> holders;  // newest first
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = steps_.rbegin(); it != steps_.rend(); ++it)
+        if (it->second.items.count(options_.dataset_item)) holders.emplace_back(it->first, it->second.name);
+    }
+    for (std::size_t i = static_cast<std::size_t>(keep); i < holders.size(); ++i) {
+      const auto dir = root_ / holders[i].second;
+      const auto file = dir / detail::manager::step_metadata_file;
+      const auto bytes = io::read_file(file, detail::manager::max_step_metadata_bytes);
+      auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+      if (j.is_object() && j.contains("items") && j["items"].is_object() && j["items"].contains(options_.dataset_item)) {
+        j["items"].erase(options_.dataset_item);
+        const std::string text = j.dump(1);
+        const auto tmp = dir / (std::string(io::staging_prefix) + detail::manager::step_metadata_file + "-" +
+                                io::random_suffix());
+        io::write_file_synced(tmp, std::as_bytes(std::span(text)));
+        std::filesystem::rename(tmp, file);
+        io::sync_dir(dir);
+      }
+      {
+        std::lock_guard lock(mu_);
+        if (const auto it = steps_.find(holders[i].first); it != steps_.end()) it->second.items.erase(options_.dataset_item);
+      }
+      std::error_code ec;
+      const auto base = dir / detail::manager::items_dir;
+      std::filesystem::remove_all(base / options_.dataset_item, ec);
+      std::filesystem::remove(base / (options_.dataset_item + ".json"), ec);
     }
   }
 

@@ -58,6 +58,16 @@ struct ManagerOptions {
   // How each step's state is written (.force is ignored: see SaveArgs). By default
   // large leaves go to one data file per hardware thread (at most 8), written in parallel.
   SaveOptions save_options{.data_files = 0};
+  // With best_metric named "{run_name}/{tag_name}" ("train/accuracy"): rank steps by the
+  // values the TensorBoard event files in <root>/../{run_name} hold for tag_name, as
+  // t5x's SaveBestCheckpointer does; they override values given to save(). Steps with no
+  // value follow keep_checkpoints_without_metrics; the latest step is always kept.
+  bool best_metric_from_tensorboard = false;
+  // Keep the item `dataset_item` (a data-iterator position) only in this many of the
+  // newest steps holding it: older steps lose the item but stay (t5x's
+  // keep_dataset_checkpoints). Unset: never removed.
+  std::optional<int> keep_dataset_checkpoints{};
+  std::string dataset_item = "dataset";
 };
 
 struct SaveArgs {
@@ -89,6 +99,14 @@ inline void validate(const ManagerOptions& options, const std::filesystem::path&
     if (sub.is_absolute() || dots) bad("todelete_subdir must be a relative path without '..'");
   }
   if (options.async_timeout.count() <= 0) bad("async_timeout must be > 0");
+  if (options.best_metric_from_tensorboard) {
+    const auto slash = options.best_metric.find('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 == options.best_metric.size())
+      bad("best_metric_from_tensorboard needs best_metric named {run_name}/{tag_name}, e.g. \"train/accuracy\"");
+  }
+  if (options.keep_dataset_checkpoints && *options.keep_dataset_checkpoints < 0)
+    bad("keep_dataset_checkpoints must be >= 0");
+  if (options.keep_dataset_checkpoints) check_item_name(root, options.dataset_item);
 }
 }  // namespace detail::manager
 

@@ -1,0 +1,124 @@
+// ckpt/format/tf/convert.hpp — TensorFlow variable names to tree paths: ckpt::tf::convert.
+//
+// t5x's Checkpointer.convert_from_tf_checkpoint brings a Mesh TensorFlow T5 checkpoint
+// into a train state by mapping each TF variable name to a path of the state. Here a
+// translator does that mapping: a callable (name -> dotted path, or nullopt for "not
+// mine"), or a table of regex rules tried in order (the first whose pattern matches the
+// whole name wins; its replacement may use $1...). A variable no rule maps is an error
+// naming every such variable, unless skip_unmapped says to leave them out. Two variables
+// mapped to the same path are an error too.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <ckpt/format/tf/bundle.hpp>
+#include <ckpt/options.hpp>
+#include <ckpt/restore.hpp>
+#include <ckpt/restore/tree.hpp>
+
+namespace ckpt::tf {
+
+// A TF variable name -> a dotted tree path ("" or nullopt: unmapped).
+using Translator = std::function<std::optional<std::string>(std::string_view tf_name)>;
+
+struct Rule {
+  std::string pattern;      // ECMAScript regex, matched against the whole variable name
+  std::string replacement;  // dotted path; $1, $2 ... are the pattern's groups
+};
+
+// A translator from rules, compiled once.
+inline Translator rules(std::vector<Rule> table) {
+  auto compiled = std::make_shared<std::vector<std::pair<std::regex, std::string>>>();
+  for (auto& r : table) compiled->emplace_back(std::regex(r.pattern, std::regex::ECMAScript), std::move(r.replacement));
+  return [compiled](std::string_view name) -> std::optional<std::string> {
+    const std::string s(name);
+    for (const auto& [re, rep] : *compiled) {
+      std::smatch m;
+      if (std::regex_match(s, m, re)) return m.format(rep);
+    }
+    return std::nullopt;
+  };
+}
+
+struct ConvertOptions {
+  // Leave out variables the translator does not map (else: an error naming them).
+  bool skip_unmapped = false;
+  // Read nothing until a leaf is asked for (or restored).
+  bool lazy = true;
+  // Edits of the translated tree, like t5x's state_transformation_fns.
+  std::vector<std::function<void(Tree&)>> transforms{};
+};
+
+// The variable name of a bundle leaf ("a/b/c").
+inline std::string variable_name(const Path& p) {
+  std::string s;
+  for (const auto& seg : p.segments()) s += (s.empty() ? "" : "/") + seg;
+  return s;
+}
+
+// Every variable of the TF checkpoint as it is: paths are the names split at '/'.
+inline Tree restore_tree(const std::filesystem::path& prefix_or_dir, const RestoreOptions& opts = {}) {
+  Tree t(open_bundle(prefix_or_dir), false);
+  if (opts.transform) opts.transform(t);
+  return Tree(t.to_index(), !opts.lazy);
+}
+
+// The checkpoint's variables under the paths translate gives them.
+inline Tree convert(const std::filesystem::path& prefix_or_dir, const Translator& translate,
+                    const ConvertOptions& opts = {}) {
+  const auto index = open_bundle(prefix_or_dir);
+  Tree t(index, false);
+  std::vector<std::string> unmapped;
+  std::vector<std::pair<std::string, std::string>> moves;  // tf name -> path
+  for (const auto& l : t.leaves()) {
+    const std::string name = variable_name(l.path());
+    const auto to = translate(name);
+    if (!to || to->empty()) unmapped.push_back(name);
+    else moves.emplace_back(name, *to);
+  }
+  if (!unmapped.empty() && !opts.skip_unmapped) {
+    std::string list;
+    for (std::size_t i = 0; i < unmapped.size() && i < 20; ++i) list += (i ? ", " : "") + unmapped[i];
+    if (unmapped.size() > 20) list += ", ... (" + std::to_string(unmapped.size()) + " in all)";
+    throw Error(index->checkpoint(), "", "no translation for the TensorFlow variables " + list +
+                                             " (map them, or pass .skip_unmapped = true)");
+  }
+  // Rename through temporary names so that one variable's new path can be another's old one.
+  for (const auto& name : unmapped) t.erase(bundle_detail::path_of(name).str());
+  std::vector<std::string> tmp_names;
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    const std::string tmp = Path::escape("\x01tf-convert-" + std::to_string(i));
+    t.rename(bundle_detail::path_of(moves[i].first).str(), tmp);
+    tmp_names.push_back(tmp);
+  }
+  std::map<std::string, std::string> by_path;
+  for (std::size_t i = 0; i < moves.size(); ++i) {
+    const std::string canonical = Path::parse(moves[i].second).str();
+    if (const auto [it, fresh] = by_path.emplace(canonical, moves[i].first); !fresh)
+      throw Error(index->checkpoint(), canonical,
+                  "the TensorFlow variables " + it->second + " and " + moves[i].first + " translate to the same path");
+    t.rename(tmp_names[i], moves[i].second);
+  }
+  for (const auto& f : opts.transforms) f(t);
+  return Tree(t.to_index(), !opts.lazy);
+}
+
+// convert, then restore<T> from the translated tree.
+template <class T>
+T restore(const std::filesystem::path& prefix_or_dir, const Translator& translate, const ConvertOptions& copts = {},
+          const RestoreOptions& ropts = {}) {
+  const Tree t = convert(prefix_or_dir, translate, copts);
+  T value{};
+  detail::restore_from_index(t.to_index(), value, ropts, false);
+  return value;
+}
+
+}  // namespace ckpt::tf

@@ -1,0 +1,429 @@
+// TensorFlow checkpoints (tensor bundles V2) in: crc32c, the real TF-Serving and Mesh TF
+// T5 checkpoints, bundles of every dtype written here and cross-checked by an independent
+// Python decoder, name translation into a train state, hostile index and data files.
+#include "support.hpp"
+
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <cstring>
+
+#include "../examples/t5_mesh_tf_translator.hpp"
+
+namespace tensorflow_test {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const fs::path data_dir = fs::path(CKPT_FIXTURES_DIR) / "tf";
+const fs::path serving = data_dir / "serving_bundles";
+const fs::path mtf = data_dir / "mtf_tiny_t5_partial";
+
+std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+
+// ---- a small tensor-bundle writer, for bundles the fixtures do not have ----------
+
+void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out += static_cast<char>(v);
+}
+void put_le(std::string& out, std::uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+void field_varint(std::string& out, int f, std::uint64_t v) {
+  put_varint(out, static_cast<std::uint64_t>(f) << 3);
+  put_varint(out, v);
+}
+void field_bytes(std::string& out, int f, const std::string& b) {
+  put_varint(out, (static_cast<std::uint64_t>(f) << 3) | 2);
+  put_varint(out, b.size());
+  out += b;
+}
+void field_fixed32(std::string& out, int f, std::uint32_t v) {
+  put_varint(out, (static_cast<std::uint64_t>(f) << 3) | 5);
+  put_le(out, v, 4);
+}
+
+struct Tensor {
+  std::string name;
+  int tf_dtype;
+  std::vector<std::int64_t> shape;
+  std::string bytes;  // as stored in the data shard
+  std::uint32_t masked_crc;
+};
+
+std::string entry_proto(const Tensor& t, std::uint64_t offset, int shard = 0) {
+  std::string shape;
+  for (auto d : t.shape) {
+    std::string dim;
+    field_varint(dim, 1, static_cast<std::uint64_t>(d));
+    field_bytes(shape, 2, dim);
+  }
+  std::string e;
+  field_varint(e, 1, static_cast<std::uint64_t>(t.tf_dtype));
+  field_bytes(e, 2, shape);
+  if (shard) field_varint(e, 3, static_cast<std::uint64_t>(shard));
+  field_varint(e, 4, offset);
+  field_varint(e, 5, t.bytes.size());
+  field_fixed32(e, 6, t.masked_crc);
+  return e;
+}
+
+std::string header_proto(int num_shards, int endianness = 0) {
+  std::string version, h;
+  field_varint(version, 1, 1);
+  field_varint(h, 1, static_cast<std::uint64_t>(num_shards));
+  if (endianness) field_varint(h, 2, static_cast<std::uint64_t>(endianness));
+  field_bytes(h, 3, version);
+  return h;
+}
+
+// One uncompressed block: every key stored whole at a restart point, then its trailer.
+std::string block(const std::vector<std::pair<std::string, std::string>>& kv) {
+  std::string b;
+  std::vector<std::uint32_t> restarts;
+  for (const auto& [k, v] : kv) {
+    restarts.push_back(static_cast<std::uint32_t>(b.size()));
+    put_varint(b, 0);
+    put_varint(b, k.size());
+    put_varint(b, v.size());
+    b += k;
+    b += v;
+  }
+  if (restarts.empty()) restarts.push_back(0);
+  for (auto r : restarts) put_le(b, r, 4);
+  put_le(b, restarts.size(), 4);
+  return b;
+}
+void append_block(std::string& file, const std::string& contents, std::uint64_t& off, std::uint64_t& size) {
+  off = file.size();
+  size = contents.size();
+  file += contents;
+  file += '\0';
+  const std::uint32_t crc = ckpt::io::crc32c(bytes_of(file.substr(static_cast<std::size_t>(off))));
+  put_le(file, ckpt::io::crc32c_mask(crc), 4);
+}
+std::string table(std::vector<std::pair<std::string, std::string>> kv) {
+  std::sort(kv.begin(), kv.end());
+  std::string f;
+  std::uint64_t doff, dsize, moff, msize, ioff, isize;
+  append_block(f, block(kv), doff, dsize);
+  append_block(f, block({}), moff, msize);
+  std::string handle;
+  put_varint(handle, doff);
+  put_varint(handle, dsize);
+  append_block(f, block({{kv.empty() ? std::string() : kv.back().first + "\x7f", handle}}), ioff, isize);
+  std::string footer;
+  put_varint(footer, moff);
+  put_varint(footer, msize);
+  put_varint(footer, ioff);
+  put_varint(footer, isize);
+  footer.resize(40, '\0');
+  put_le(footer, 0xdb4775248b80fb57ull, 8);
+  return f + footer;
+}
+
+void write_text(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+
+// A bundle with one data shard at prefix.
+void write_bundle(const fs::path& prefix, const std::vector<Tensor>& tensors, const std::string& header = header_proto(1)) {
+  std::string data;
+  std::vector<std::pair<std::string, std::string>> kv{{"", header}};
+  for (const auto& t : tensors) {
+    kv.emplace_back(t.name, entry_proto(t, data.size()));
+    data += t.bytes;
+  }
+  write_text(prefix.string() + ".index", table(kv));
+  write_text(prefix.string() + ".data-00000-of-00001", data);
+}
+
+template <class E>
+Tensor numeric(std::string name, int code, std::vector<std::int64_t> shape, const std::vector<E>& v) {
+  std::string b(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(E));
+  return {std::move(name), code, std::move(shape), b, ckpt::io::crc32c_mask(ckpt::io::crc32c(bytes_of(b)))};
+}
+
+Tensor string_scalar(std::string name, const std::string& s) {
+  std::string len;
+  put_le(len, s.size(), 4);
+  const std::uint32_t len_crc = ckpt::io::crc32c(bytes_of(len));
+  std::string stored;
+  put_varint(stored, s.size());
+  std::string masked;
+  put_le(masked, ckpt::io::crc32c_mask(len_crc), 4);
+  stored += masked + s;
+  const std::uint32_t crc = ckpt::io::crc32c_extend(len_crc, bytes_of(masked + s));
+  return {std::move(name), 7, {}, stored, ckpt::io::crc32c_mask(crc)};
+}
+
+struct Dense {
+  xt::xtensor<float, 2> kernel;
+  float bias = 0;
+};
+struct Small {
+  Dense layer;
+};
+
+// What t5x's checkpoint_importer does to Mesh TF names, for a few of the tiny T5's variables.
+ckpt::tf::Translator t5_rules() {
+  return ckpt::tf::rules({
+      {R"((encoder|decoder)/block_0*(\d+)/layer_0*(\d+)/(SelfAttention|EncDecAttention)/(q|k|v|o))",
+       "target.$1.layers_$2.attention_$3.$5.kernel"},
+      {R"((encoder|decoder)/block_0*(\d+)/layer_0*(\d+)/DenseReluDense/(wi_0|wi_1|wo)/kernel)", "target.$1.layers_$2.mlp_$3.$4.kernel"},
+      {R"((encoder|decoder)/block_0*(\d+)/layer_0*(\d+)/rms_norm/scale)", "target.$1.layers_$2.norm_$3.scale"},
+      {R"((encoder|decoder)/block_000/layer_000/SelfAttention/relative_attention_bias)",
+       "target.$1.relpos_bias.rel_embedding"},
+      {R"((encoder|decoder)/rms_norm/scale)", "target.$1.final_norm.scale"},
+      {R"(decoder/logits/kernel)", "target.decoder.logits_dense.kernel"},
+      {R"(shared/embedding)", "target.token_embedder.embedding"},
+      {R"(global_step)", "step"},
+  });
+}
+
+}  // namespace tensorflow_test
+
+using namespace tensorflow_test;
+
+TEST_CASE("crc32c: the standard check values, masking, and the hardware and table versions agree") {
+  CHECK(ckpt::io::crc32c(bytes_of("123456789")) == 0xE3069283u);
+  CHECK(ckpt::io::crc32c(bytes_of(std::string(32, '\0'))) == 0x8A9136AAu);
+  CHECK(ckpt::io::crc32c(bytes_of(std::string(32, '\xff'))) == 0x62A8AB43u);
+  CHECK(ckpt::io::crc32c_extend(ckpt::io::crc32c(bytes_of("1234")), bytes_of("56789")) == 0xE3069283u);
+  CHECK(ckpt::io::crc32c_unmask(ckpt::io::crc32c_mask(0xE3069283u)) == 0xE3069283u);
+  std::mt19937 rng(7);
+  std::string s(1000, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  for (std::size_t n : {0, 1, 7, 8, 9, 63, 1000}) {
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    CHECK(~ckpt::io::crc32c_detail::software(~0u, p, n) == ckpt::io::crc32c(bytes_of(s.substr(0, n))));
+  }
+}
+
+TEST_CASE("TF-Serving's checkpoints (TF 1 and 2, snappy and plain index blocks) read with their values") {
+  struct Want { const char* dir; std::vector<std::pair<const char*, float>> scalars; };
+  const Want wants[] = {
+      {"saved_model_counter/00000123", {{"counter", 0.0f}}},
+      {"saved_model_half_plus_three/00000123", {{"a", 0.5f}, {"b", 3.0f}, {"c", 3.0f}}},
+      {"saved_model_half_plus_two_cpu/00000123", {{"a", 0.5f}, {"a2", 0.5f}, {"b", 2.0f}, {"c", 3.0f}, {"c2", 3.0f}}},
+      {"saved_model_half_plus_two_mkl/00000123", {{"a", 0.5f}, {"b", 2.0f}, {"c", 3.0f}}},
+      {"saved_model_half_plus_two_tf2_cpu/00000123",
+       {{"a/.ATTRIBUTES/VARIABLE_VALUE", 0.5f}, {"b/.ATTRIBUTES/VARIABLE_VALUE", 2.0f}, {"c/.ATTRIBUTES/VARIABLE_VALUE", 3.0f}}},
+  };
+  for (const auto& w : wants) {
+    CAPTURE(w.dir);
+    const fs::path saved_model = serving / w.dir;
+    CHECK(ckpt::detect_format(saved_model) == "tensorflow");  // a SavedModel directory
+    const auto t = ckpt::tf::restore_tree(saved_model / "variables/variables");
+    for (const auto& [name, v] : w.scalars) {
+      const auto path = ckpt::tf::bundle_detail::path_of(name);
+      CHECK(t.leaf(path).dtype() == ckpt::dtype::float32);
+      CHECK(t.leaf(path).as<float>() == v);
+    }
+  }
+  // the same through the generic entry points, from the prefix and from PREFIX.index
+  const auto mkl = ckpt::restore_tree(serving / "saved_model_half_plus_two_mkl/00000123/variables/variables.index");
+  CHECK(mkl.size() == 9);
+  CHECK(mkl.leaf("conv2d.kernel").shape() == ckpt::Shape{1, 1, 1, 1});
+  CHECK(*mkl.leaf("conv2d_1.kernel").as<xt::xarray<double>>().begin() == doctest::Approx(-1.0451120138168335));
+  CHECK(mkl.info().format == "tensorflow");
+  // TF2's object graph: a scalar string tensor, crc checked through TF's string encoding
+  const auto tf2 = ckpt::restore_tree(serving / "saved_model_half_plus_two_tf2_cpu/00000123");
+  CHECK(tf2.leaf("_CHECKPOINTABLE_OBJECT_GRAPH").dtype() == ckpt::dtype::string);
+  CHECK(tf2.leaf("_CHECKPOINTABLE_OBJECT_GRAPH").byte_length() == 613);  // 619 stored: 2 varint bytes + 4 crc
+  CHECK(ckpt::restore_tree(serving / "tf_text_regression/01").size() == 1);
+}
+
+TEST_CASE("a V1 checkpoint is refused with a message that says so") {
+  const fs::path v1 = serving / "bad_half_plus_two/00000123";
+  CHECK_THROWS_WITH_AS(ckpt::restore_tree(v1), doctest::Contains("V1"), ckpt::Error);
+}
+
+TEST_CASE("the Mesh TF T5 checkpoint: the index lists all 105 variables; a full read fails naming the missing shard") {
+  const auto oracle = json::parse(std::ifstream(mtf / "oracle_index.json"))["tensors"];
+  // the directory's `checkpoint` state file names model.ckpt-0
+  const auto meta = ckpt::metadata(mtf);
+  REQUIRE(meta.size() == 105);
+  REQUIRE(oracle.size() == 105);
+  for (const auto& [name, e] : oracle.items()) {
+    CAPTURE(name);
+    const auto& l = meta.leaf(ckpt::tf::bundle_detail::path_of(name));
+    CHECK(std::string(ckpt::dtype_name(l.dtype())) == e["dtype"].get<std::string>());
+    CHECK(l.shape() == e["shape"].get<ckpt::Shape>());
+    CHECK(l.byte_length() == e["size"].get<std::uint64_t>());
+  }
+  CHECK(meta.leaf("global_step").as<std::int64_t>() == 0);  // in the shard that is there
+  CHECK_THROWS_WITH_AS(meta.leaf("shared.embedding").bytes(), doctest::Contains("data-00001-of-00002 is missing"),
+                       ckpt::CorruptCheckpointError);
+  CHECK_THROWS_WITH_AS(ckpt::restore_tree(mtf / "model.ckpt-0"), doctest::Contains("missing"), ckpt::CorruptCheckpointError);
+
+  // translated as t5x does: every variable needs a rule, the Adafactor slots have none
+  CHECK_THROWS_WITH_AS(ckpt::tf::convert(mtf, t5_rules()), doctest::Contains("_slot_v"), ckpt::Error);
+  const auto t = ckpt::tf::convert(mtf, t5_rules(), {.skip_unmapped = true});
+  CHECK(t.size() == 53);
+  CHECK(t.leaf("target.encoder.layers_0.attention_0.q.kernel").shape() == ckpt::Shape{32, 128});
+  CHECK(t.leaf("target.token_embedder.embedding").dtype() == ckpt::dtype::bfloat16);
+  CHECK(t.leaf("step").as<std::int64_t>() == 0);
+  // the worked example's translator (examples/t5_mesh_tf_translator.hpp) maps all 105, as t5x does
+  const auto full = ckpt::tf::convert(mtf, t5_example::t5_mesh_tf_translator());
+  CHECK(full.size() == 105);
+  CHECK(full.leaf("target.encoder.layers_1.attention.query.kernel").shape() == ckpt::Shape{32, 128});
+  CHECK(full.leaf("target.decoder.layers_0.encoder_decoder_attention.out.kernel").shape() == ckpt::Shape{128, 32});
+  CHECK(full.leaf("target.decoder.layers_0.pre_cross_attention_layer_norm.scale").dtype() == ckpt::dtype::bfloat16);
+  CHECK(full.leaf("state.param_states.decoder.logits_dense.kernel.v").dtype() == ckpt::dtype::float32);
+  CHECK(full.leaf("target.encoder.relpos_bias.rel_embedding").shape() == ckpt::Shape{2, 32});
+  CHECK(full.leaf("state.step").as<std::int64_t>() == 0);
+}
+
+TEST_CASE("bundles of every dtype, written here, read back; the independent Python decoder agrees") {
+  test::TempDir tmp;
+  const fs::path prefix = tmp / "model.ckpt-7";
+  std::vector<ckpt::float16> f16 = {ckpt::float16(1.5f), ckpt::float16(-2.0f)};
+  std::vector<ckpt::bfloat16> bf16 = {ckpt::bfloat16(3.0f)};
+  std::vector<std::complex<float>> c64 = {{1.f, -1.f}};
+  std::vector<std::complex<double>> c128 = {{2.0, 0.5}};
+  std::vector<std::uint8_t> b = {1, 0, 1};
+  const std::vector<Tensor> tensors = {
+      numeric<float>("layer/kernel", 1, {2, 2}, {1.f, 2.f, 3.f, 4.f}),
+      numeric<float>("layer/bias", 1, {}, {0.25f}),
+      numeric<double>("f64", 2, {2}, {1e300, -0.5}),
+      numeric<std::int32_t>("i32", 3, {1}, {-7}),
+      numeric<std::uint8_t>("u8", 4, {2}, {0, 255}),
+      numeric<std::int16_t>("i16", 5, {1}, {-300}),
+      numeric<std::int8_t>("i8", 6, {1}, {-100}),
+      numeric("c64", 8, {1}, c64),
+      numeric<std::int64_t>("i64", 9, {1}, {std::int64_t{1} << 40}),
+      numeric("bool", 10, {3}, b),
+      numeric("bf16", 14, {1}, bf16),
+      numeric<std::uint16_t>("u16", 17, {1}, {65535}),
+      numeric("c128", 18, {1}, c128),
+      numeric("f16", 19, {2}, f16),
+      numeric<std::uint32_t>("u32", 22, {1}, {4000000000u}),
+      numeric<std::uint64_t>("u64", 23, {1}, {std::uint64_t{1} << 63}),
+      string_scalar("name", "hello bundle"),
+  };
+  write_bundle(prefix, tensors);
+  write_text(tmp / "checkpoint", "model_checkpoint_path: \"model.ckpt-7\"\nall_model_checkpoint_paths: \"model.ckpt-7\"\n");
+  const auto t = ckpt::restore_tree(tmp.path());
+  CHECK(t.size() == tensors.size());
+  CHECK(t.leaf("layer.kernel").as<xt::xtensor<float, 2>>() == xt::xtensor<float, 2>{{1.f, 2.f}, {3.f, 4.f}});
+  CHECK(t.leaf("f64").as<std::vector<double>>()[0] == 1e300);
+  CHECK(t.leaf("bool").as<std::vector<bool>>() == std::vector<bool>{true, false, true});
+  CHECK(t.leaf("bf16").as<std::vector<float>>()[0] == 3.0f);
+  CHECK(t.leaf("f16").as<std::vector<float>>()[1] == -2.0f);
+  CHECK(t.leaf("c128").as<std::vector<std::complex<double>>>()[0] == std::complex<double>(2.0, 0.5));
+  CHECK(t.leaf("u64").as<std::vector<std::uint64_t>>()[0] == std::uint64_t{1} << 63);
+  CHECK(t.leaf("name").as<std::string>() == "hello bundle");
+  CHECK(t.leaf("i16").as<std::vector<std::int16_t>>()[0] == -300);
+  // restore<T> through a rule table; bias is a scalar
+  const auto small = ckpt::tf::restore<Small>(
+      prefix, ckpt::tf::rules({{"layer/(kernel|bias)", "layer.$1"}, {"f64|i32|u8|i16|i8|c64|i64|bool|bf16|u16|c128|f16|u32|u64|name", ""}}),
+      {.skip_unmapped = true});
+  CHECK(small.layer.kernel == xt::xtensor<float, 2>{{1.f, 2.f}, {3.f, 4.f}});
+  CHECK(small.layer.bias == 0.25f);
+  // a callable translator, and a state_transformation_fns-like edit
+  const auto renamed = ckpt::tf::convert(
+      prefix, [](std::string_view n) -> std::optional<std::string> { return n == "i8" ? std::optional<std::string>("x.i8") : std::nullopt; },
+      {.skip_unmapped = true, .transforms = {[](ckpt::Tree& tr) { tr.set("x.extra", 5); }}});
+  CHECK(renamed.paths() == std::vector<std::string>{"x.i8", "x.extra"});
+  CHECK_THROWS_WITH_AS(ckpt::tf::convert(prefix, ckpt::tf::rules({{".*", "same"}})), doctest::Contains("same path"), ckpt::Error);
+
+  // the independent decoder (pure Python + numpy, its own crc32c) reads this writer's bundle
+  const std::string out = test::python(
+      "import json, subprocess, sys\n"
+      "r = subprocess.run([sys.executable, '" + (mtf / "oracle_tf_bundle.py").string() + "', sys.argv[1] + '/model.ckpt-7', '--json'],"
+      " capture_output=True, text=True, check=True)\n"
+      "t = json.loads(r.stdout)['tensors']\n"
+      "assert all(e['crc_check'] == 'masked-ok' for e in t.values()), t\n"
+      "print(t['layer/kernel']['values'], t['name']['values'], t['u64']['values'], t['bf16']['values'])\n",
+      tmp.path());
+  CHECK(out.find("[1.0, 2.0, 3.0, 4.0] ['hello bundle'] [9223372036854775808] [3.0]") != std::string::npos);
+}
+
+TEST_CASE("hostile TF index and data files: errors naming the checkpoint, never a crash") {
+  test::TempDir tmp;
+  // every single-byte corruption and every truncation of the real snappy-compressed index
+  const auto real = test::read_bytes(mtf / "model.ckpt-0.index");
+  fs::copy_file(mtf / "model.ckpt-0.data-00000-of-00002", tmp / "model.ckpt-0.data-00000-of-00002");
+  const fs::path prefix = tmp / "model.ckpt-0";
+  int opened = 0, refused = 0;
+  for (std::size_t i = 0; i < real.size(); ++i) {
+    auto b = real;
+    b[i] = static_cast<char>(b[i] ^ 0x41);
+    test::write_bytes(tmp / "model.ckpt-0.index", b);
+    try {
+      ckpt::metadata(prefix);
+      ++opened;  // the footer's padding is covered by no crc
+    } catch (const ckpt::Error&) {
+      ++refused;
+    }
+  }
+  // the footer's padding and the unread metaindex block are covered by no check
+  CHECK(refused > static_cast<int>(real.size()) - 60);
+  for (std::size_t n = 0; n < real.size(); n += 7) {
+    test::write_bytes(tmp / "model.ckpt-0.index", std::vector<char>(real.begin(), real.begin() + static_cast<std::ptrdiff_t>(n)));
+    CHECK_THROWS_AS(ckpt::tf::open_bundle(prefix), ckpt::Error);
+  }
+  MESSAGE(opened << " of " << real.size() << " flipped bytes left an index that opens");
+
+  // entries that lie
+  struct Case { const char* what; std::vector<Tensor> tensors; std::string header; };
+  Tensor big = numeric<float>("x", 1, {4611686018427387904, 4}, {1.f});
+  Tensor wrong_size = numeric<float>("x", 1, {3}, {1.f, 2.f});
+  const Case cases[] = {
+      {"overflowing shape", {big}, header_proto(1)},
+      {"size not shape x dtype", {wrong_size}, header_proto(1)},
+      {"big endian", {numeric<float>("x", 1, {1}, {1.f})}, header_proto(1, 1)},
+      {"no shards", {numeric<float>("x", 1, {1}, {1.f})}, header_proto(0)},
+      {"malformed header proto", {numeric<float>("x", 1, {1}, {1.f})}, std::string("\x0a\xff", 2)},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    test::TempDir d;
+    write_bundle(d / "p", c.tensors, c.header);
+    CHECK_THROWS_AS(ckpt::tf::open_bundle(d / "p"), ckpt::CorruptCheckpointError);
+  }
+  // data that lies: a flipped byte fails the crc, a short shard fails the bounds
+  test::TempDir d;
+  write_bundle(d / "p", {numeric<float>("x", 1, {2}, {1.f, 2.f})});
+  auto data = test::read_bytes(d / "p.data-00000-of-00001");
+  data[5] = static_cast<char>(data[5] ^ 1);
+  test::write_bytes(d / "p.data-00000-of-00001", data);
+  CHECK_THROWS_WITH_AS(ckpt::restore_tree(d / "p"), doctest::Contains("crc32c mismatch"), ckpt::CorruptCheckpointError);
+  CHECK(ckpt::restore_tree(d / "p", {.verify_checksums = false, .lazy = true}).leaf("x").shape() == ckpt::Shape{2});
+  data.resize(6);
+  test::write_bytes(d / "p.data-00000-of-00001", data);
+  CHECK_THROWS_WITH_AS(ckpt::restore_tree(d / "p"), doctest::Contains("past the end"), ckpt::CorruptCheckpointError);
+  // a shard id past num_shards, a state file naming nothing
+  Tensor s = numeric<float>("x", 1, {1}, {1.f});
+  write_text(d / "q.index", table({{"", header_proto(1)}, {"x", entry_proto(s, 0, 3)}}));
+  CHECK_THROWS_WITH_AS(ckpt::tf::open_bundle(d / "q"), doctest::Contains("shard 3"), ckpt::CorruptCheckpointError);
+  test::TempDir e;
+  write_text(e / "checkpoint", "model_checkpoint_path: \"gone-5\"\n");
+  CHECK_THROWS_WITH_AS(ckpt::tf::open_bundle(e.path()), doctest::Contains("gone-5"), ckpt::Error);
+}
+
+TEST_CASE("ckpt convert model.ckpt-0 out --to native|flax|t5x|orbax") {
+  if (!fs::exists(CKPT_CLI)) {
+    MESSAGE("the ckpt tool is not built (run `make`); skipped");
+    return;
+  }
+  test::TempDir tmp;
+  const std::string src = (serving / "saved_model_half_plus_two_mkl/00000123/variables/variables").string();
+  for (const char* to : {"native", "flax", "t5x", "orbax", "safetensors"}) {
+    CAPTURE(to);
+    const fs::path out = tmp / to;
+    const std::string cmd = std::string(CKPT_CLI) + " convert " + src + " " + out.string() + " --to " + to + " >/dev/null";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    CHECK(*ckpt::restore_tree(out).leaf("conv2d_2.kernel").as<xt::xarray<float>>().begin() == doctest::Approx(1.577943205833435));
+  }
+  // the partial T5 checkpoint lists, but cannot convert: exit 2 and a message naming the shard
+  const std::string cmd = std::string(CKPT_CLI) + " convert " + (mtf / "model.ckpt-0").string() + " " +
+                          (tmp / "t5").string() + " --to native 2>" + (tmp / "err").string();
+  const int st = std::system(cmd.c_str());
+  CHECK(WEXITSTATUS(st) == 2);
+  const auto err = test::read_bytes(tmp / "err");
+  CHECK(std::string(err.begin(), err.end()).find("data-00001-of-00002 is missing") != std::string::npos);
+}
