@@ -219,7 +219,7 @@ struct KvArrayV2 {
         fail("chunk " + k + ": " + e.what());
       }
       if (direct) return;
-      if (meta.big_endian) detail::byteswap(raw, es, meta.type);
+      if (meta.big_endian) zarr::byteswap(raw, es, meta.type);
       std::span<const std::byte> c = raw;
       if (meta.fortran && meta.shape.size() > 1) {
         std::vector<std::size_t> order(meta.shape.size());

@@ -313,7 +313,7 @@ inline std::string decode(std::span<const std::byte> in, const std::vector<Codec
     if (buf.size() != array_bytes)
       return "holds " + std::to_string(buf.size()) + " bytes, " + std::to_string(array_bytes) + " expected";
     arr.swap(buf);
-    if (a2b.big_endian) ::ckpt::zarr::detail::byteswap(arr, es, type);
+    if (a2b.big_endian) ::ckpt::zarr::byteswap(arr, es, type);
   }
   // array -> array, backwards
   for (std::size_t i = ab; i-- > 0;) {
