@@ -1,6 +1,6 @@
 // tests/support.hpp — what every test file shares: a temporary directory that cleans
-// up after itself, and small file helpers. Tests include only <ckpt/ckpt.hpp> from the
-// library, so they also run against the single header.
+// up after itself, small file helpers, a Python runner and tree descriptions. Tests include the
+// public headers below (the single header has them too), so they also run against it.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -13,6 +13,7 @@
 #include <xtensor/xfixed.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -97,6 +98,31 @@ inline std::string python(const std::string& code, const fs::path& dir) {
   INFO(out);
   REQUIRE(rc == 0);
   return out;
+}
+
+// Bytes as lower-case hex, for comparing with what Python prints.
+inline std::string hex(const std::vector<std::byte>& b) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (auto x : b) {
+    s += d[static_cast<unsigned>(x) >> 4];
+    s += d[static_cast<unsigned>(x) & 15];
+  }
+  return s;
+}
+
+// "path dtype shape hex" per line, sorted: how both sides (C++ and a Python oracle) describe a tree.
+inline std::string describe(const ckpt::Tree& t) {
+  std::vector<std::string> lines;
+  for (const auto& l : t.leaves()) {
+    if (l.dtype() == ckpt::dtype::none) continue;
+    lines.push_back(l.path().str() + " " + std::string(ckpt::dtype_name(l.dtype())) + " " + ckpt::shape_str(l.shape()) +
+                    " " + hex(l.bytes()));
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string s;
+  for (auto& l : lines) s += l + "\n";
+  return s;
 }
 
 }  // namespace test

@@ -14,31 +14,11 @@ namespace interop_test {
 
 namespace fs = std::filesystem;
 
+using test::describe;
+using test::hex;
 using test::python;
 
-std::string hex(const std::vector<std::byte>& b) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (auto x : b) {
-    s += d[static_cast<unsigned>(x) >> 4];
-    s += d[static_cast<unsigned>(x) & 15];
-  }
-  return s;
-}
 
-// "path dtype shape hex" per line, sorted: how both sides describe a tree.
-std::string describe(const ckpt::Tree& t) {
-  std::vector<std::string> lines;
-  for (const auto& l : t.leaves()) {
-    if (l.dtype() == ckpt::dtype::none) continue;
-    lines.push_back(l.path().str() + " " + std::string(ckpt::dtype_name(l.dtype())) + " " + ckpt::shape_str(l.shape()) +
-                    " " + hex(l.bytes()));
-  }
-  std::sort(lines.begin(), lines.end());
-  std::string s;
-  for (auto& l : lines) s += l + "\n";
-  return s;
-}
 
 struct Inner {
   xt::xtensor<float, 2> kernel;

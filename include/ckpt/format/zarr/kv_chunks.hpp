@@ -143,6 +143,28 @@ inline std::string plausible(std::uint64_t bytes, std::uint64_t chunk_bytes, std
   return "";
 }
 
+// Opens array `name` of a key-value store, zarr v2 or v3 alike: reads its metadata
+// document `doc` (.zarray, zarr.json) bounded, parses it with `parse(json, fail)`, and
+// refuses sizes its stored bytes cannot plausibly hold, before anything is allocated.
+template <class Array, class Parse>
+Array open_kv_array(std::shared_ptr<const io::KvStore> kv, const std::string& name, const std::string& doc,
+                    const std::string& checkpoint, const std::string& path, Parse parse) {
+  auto fail = [&](const std::string& w) { throw CorruptCheckpointError(checkpoint, path, w); };
+  Array a{std::move(kv), name, {}};
+  std::optional<std::vector<std::byte>> text;
+  try {
+    text = a.kv->get(a.key(doc), max_json_bytes);
+  } catch (const Error& e) {
+    fail(doc + " cannot be read: " + e.what());
+  }
+  if (!text) fail("array " + a.key(doc) + " is missing");
+  a.meta = parse(parse_json(*text, checkpoint, path, doc), fail);
+  const auto bad = plausible(a.meta.bytes(), a.meta.chunk_bytes(), grid_size(a.meta.shape, a.meta.chunks),
+                             stored_bytes(*a.kv, name.empty() ? "" : name + "/"));
+  if (!bad.empty()) fail(bad);
+  return a;
+}
+
 // A zarr v2 array `name` ("a.b", or "" for the store's root) in a key-value store.
 struct KvArrayV2 {
   std::shared_ptr<const io::KvStore> kv;
@@ -153,20 +175,8 @@ struct KvArrayV2 {
 
   static KvArrayV2 open(std::shared_ptr<const io::KvStore> kv, const std::string& name, const std::string& checkpoint,
                         const std::string& path) {
-    auto fail = [&](const std::string& w) { throw CorruptCheckpointError(checkpoint, path, w); };
-    KvArrayV2 a{std::move(kv), name, {}};
-    std::optional<std::vector<std::byte>> text;
-    try {
-      text = a.kv->get(a.key(".zarray"), max_json_bytes);
-    } catch (const Error& e) {
-      fail(std::string(".zarray cannot be read: ") + e.what());
-    }
-    if (!text) fail("array " + a.key(".zarray") + " is missing");
-    a.meta = parse_zarray(parse_json(*text, checkpoint, path, ".zarray"), fail);
-    const auto bad = plausible(a.meta.bytes(), a.meta.chunk_bytes(), grid_size(a.meta.shape, a.meta.chunks),
-                               stored_bytes(*a.kv, name.empty() ? "" : name + "/"));
-    if (!bad.empty()) fail(bad);
-    return a;
+    return open_kv_array<KvArrayV2>(std::move(kv), name, ".zarray", checkpoint, path,
+                                    [](const json& j, const auto& fail) { return parse_zarray(j, fail); });
   }
 
   void read(std::span<std::byte> dst, const Fail& fail) const {

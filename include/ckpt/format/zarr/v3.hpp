@@ -336,20 +336,8 @@ struct KvArray {
 
   static KvArray open(std::shared_ptr<const io::KvStore> kv, const std::string& name, const std::string& checkpoint,
                       const std::string& path) {
-    auto fail = [&](const std::string& w) { throw CorruptCheckpointError(checkpoint, path, w); };
-    KvArray a{std::move(kv), name, {}};
-    std::optional<std::vector<std::byte>> text;
-    try {
-      text = a.kv->get(a.key("zarr.json"), max_json_bytes);
-    } catch (const Error& e) {
-      fail(std::string("zarr.json cannot be read: ") + e.what());
-    }
-    if (!text) fail("array " + a.key("zarr.json") + " is missing");
-    a.meta = parse_meta(parse_json(*text, checkpoint, path, "zarr.json"), fail);
-    const auto bad = plausible(a.meta.bytes(), a.meta.chunk_bytes(), grid_size(a.meta.shape, a.meta.chunks),
-                               stored_bytes(*a.kv, name.empty() ? "" : name + "/"));
-    if (!bad.empty()) fail(bad);
-    return a;
+    return open_kv_array<KvArray>(std::move(kv), name, "zarr.json", checkpoint, path,
+                                  [](const json& j, const auto& fail) { return parse_meta(j, fail); });
   }
 
   void read(std::span<std::byte> dst, const Fail& fail) const {
