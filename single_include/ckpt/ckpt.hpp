@@ -472,7 +472,7 @@ decltype(auto) visit_element_type(dtype d, F&& f) {
         f(element_tag<void>{});
     } else {
       std::optional<R> r;
-      ((static_cast<std::size_t>(d) == I ? (r.emplace(f(element_tag<std::tuple_element_t<I, element_types>>{})), true) : false) || ...);
+      (void)((static_cast<std::size_t>(d) == I ? (r.emplace(f(element_tag<std::tuple_element_t<I, element_types>>{})), true) : false) || ...);
       return r ? std::move(*r) : f(element_tag<void>{});
     }
   }(std::make_index_sequence<std::tuple_size_v<element_types>>{});
@@ -505,7 +505,7 @@ template <class E>
 constexpr std::size_t element_index() {
   return []<std::size_t... I>(std::index_sequence<I...>) {
     std::size_t found = sizeof...(I);
-    ((std::is_same_v<E, std::tuple_element_t<I, element_types>> ? (found = I, true) : false) || ...);
+    (void)((std::is_same_v<E, std::tuple_element_t<I, element_types>> ? (found = I, true) : false) || ...);
     return found;
   }(std::make_index_sequence<std::tuple_size_v<element_types>>{});
 }
@@ -10079,6 +10079,28 @@ inline std::string plausible(std::uint64_t bytes, std::uint64_t chunk_bytes, std
   return "";
 }
 
+// Opens array `name` of a key-value store, zarr v2 or v3 alike: reads its metadata
+// document `doc` (.zarray, zarr.json) bounded, parses it with `parse(json, fail)`, and
+// refuses sizes its stored bytes cannot plausibly hold, before anything is allocated.
+template <class Array, class Parse>
+Array open_kv_array(std::shared_ptr<const io::KvStore> kv, const std::string& name, const std::string& doc,
+                    const std::string& checkpoint, const std::string& path, Parse parse) {
+  auto fail = [&](const std::string& w) { throw CorruptCheckpointError(checkpoint, path, w); };
+  Array a{std::move(kv), name, {}};
+  std::optional<std::vector<std::byte>> text;
+  try {
+    text = a.kv->get(a.key(doc), max_json_bytes);
+  } catch (const Error& e) {
+    fail(doc + " cannot be read: " + e.what());
+  }
+  if (!text) fail("array " + a.key(doc) + " is missing");
+  a.meta = parse(parse_json(*text, checkpoint, path, doc), fail);
+  const auto bad = plausible(a.meta.bytes(), a.meta.chunk_bytes(), grid_size(a.meta.shape, a.meta.chunks),
+                             stored_bytes(*a.kv, name.empty() ? "" : name + "/"));
+  if (!bad.empty()) fail(bad);
+  return a;
+}
+
 // A zarr v2 array `name` ("a.b", or "" for the store's root) in a key-value store.
 struct KvArrayV2 {
   std::shared_ptr<const io::KvStore> kv;
@@ -10089,20 +10111,8 @@ struct KvArrayV2 {
 
   static KvArrayV2 open(std::shared_ptr<const io::KvStore> kv, const std::string& name, const std::string& checkpoint,
                         const std::string& path) {
-    auto fail = [&](const std::string& w) { throw CorruptCheckpointError(checkpoint, path, w); };
-    KvArrayV2 a{std::move(kv), name, {}};
-    std::optional<std::vector<std::byte>> text;
-    try {
-      text = a.kv->get(a.key(".zarray"), max_json_bytes);
-    } catch (const Error& e) {
-      fail(std::string(".zarray cannot be read: ") + e.what());
-    }
-    if (!text) fail("array " + a.key(".zarray") + " is missing");
-    a.meta = parse_zarray(parse_json(*text, checkpoint, path, ".zarray"), fail);
-    const auto bad = plausible(a.meta.bytes(), a.meta.chunk_bytes(), grid_size(a.meta.shape, a.meta.chunks),
-                               stored_bytes(*a.kv, name.empty() ? "" : name + "/"));
-    if (!bad.empty()) fail(bad);
-    return a;
+    return open_kv_array<KvArrayV2>(std::move(kv), name, ".zarray", checkpoint, path,
+                                    [](const json& j, const auto& fail) { return parse_zarray(j, fail); });
   }
 
   void read(std::span<std::byte> dst, const Fail& fail) const {
@@ -10155,7 +10165,7 @@ struct KvArrayV2 {
         fail("chunk " + k + ": " + e.what());
       }
       if (direct) return;
-      if (meta.big_endian) detail::byteswap(raw, es, meta.type);
+      if (meta.big_endian) zarr::byteswap(raw, es, meta.type);
       std::span<const std::byte> c = raw;
       if (meta.fortran && meta.shape.size() > 1) {
         std::vector<std::size_t> order(meta.shape.size());
@@ -10484,7 +10494,7 @@ inline std::string decode(std::span<const std::byte> in, const std::vector<Codec
     if (buf.size() != array_bytes)
       return "holds " + std::to_string(buf.size()) + " bytes, " + std::to_string(array_bytes) + " expected";
     arr.swap(buf);
-    if (a2b.big_endian) ::ckpt::zarr::detail::byteswap(arr, es, type);
+    if (a2b.big_endian) ::ckpt::zarr::byteswap(arr, es, type);
   }
   // array -> array, backwards
   for (std::size_t i = ab; i-- > 0;) {
@@ -10507,20 +10517,8 @@ struct KvArray {
 
   static KvArray open(std::shared_ptr<const io::KvStore> kv, const std::string& name, const std::string& checkpoint,
                       const std::string& path) {
-    auto fail = [&](const std::string& w) { throw CorruptCheckpointError(checkpoint, path, w); };
-    KvArray a{std::move(kv), name, {}};
-    std::optional<std::vector<std::byte>> text;
-    try {
-      text = a.kv->get(a.key("zarr.json"), max_json_bytes);
-    } catch (const Error& e) {
-      fail(std::string("zarr.json cannot be read: ") + e.what());
-    }
-    if (!text) fail("array " + a.key("zarr.json") + " is missing");
-    a.meta = parse_meta(parse_json(*text, checkpoint, path, "zarr.json"), fail);
-    const auto bad = plausible(a.meta.bytes(), a.meta.chunk_bytes(), grid_size(a.meta.shape, a.meta.chunks),
-                               stored_bytes(*a.kv, name.empty() ? "" : name + "/"));
-    if (!bad.empty()) fail(bad);
-    return a;
+    return open_kv_array<KvArray>(std::move(kv), name, "zarr.json", checkpoint, path,
+                                  [](const json& j, const auto& fail) { return parse_meta(j, fail); });
   }
 
   void read(std::span<std::byte> dst, const Fail& fail) const {

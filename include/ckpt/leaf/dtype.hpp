@@ -128,7 +128,7 @@ decltype(auto) visit_element_type(dtype d, F&& f) {
         f(element_tag<void>{});
     } else {
       std::optional<R> r;
-      ((static_cast<std::size_t>(d) == I ? (r.emplace(f(element_tag<std::tuple_element_t<I, element_types>>{})), true) : false) || ...);
+      (void)((static_cast<std::size_t>(d) == I ? (r.emplace(f(element_tag<std::tuple_element_t<I, element_types>>{})), true) : false) || ...);
       return r ? std::move(*r) : f(element_tag<void>{});
     }
   }(std::make_index_sequence<std::tuple_size_v<element_types>>{});
@@ -161,7 +161,7 @@ template <class E>
 constexpr std::size_t element_index() {
   return []<std::size_t... I>(std::index_sequence<I...>) {
     std::size_t found = sizeof...(I);
-    ((std::is_same_v<E, std::tuple_element_t<I, element_types>> ? (found = I, true) : false) || ...);
+    (void)((std::is_same_v<E, std::tuple_element_t<I, element_types>> ? (found = I, true) : false) || ...);
     return found;
   }(std::make_index_sequence<std::tuple_size_v<element_types>>{});
 }
