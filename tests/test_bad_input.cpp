@@ -6,8 +6,12 @@
 // proportion to the files.
 #include "support.hpp"
 
-#include <ckpt/format/native/manifest.hpp>  // the manifest format, to forge hostile ones
+// The manifest format, to forge hostile ones. The single header (CKPT_USE_SINGLE_INCLUDE)
+// holds these already and has no separate files.
+#if __has_include(<ckpt/format/native/manifest.hpp>)
+#include <ckpt/format/native/manifest.hpp>
 #include <ckpt/io/checksum.hpp>
+#endif
 
 #include <signal.h>
 #include <sys/resource.h>
