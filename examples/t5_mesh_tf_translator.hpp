@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include <ckpt/format/tf/convert.hpp>
+#include <ckpt/formats.hpp>  // ckpt::tf::convert and its rules
 
 namespace t5_example {
 

@@ -129,7 +129,9 @@ TEST_CASE("safetensors: the Python package's sample files read with their dtypes
       {"b", ckpt::dtype::int8},    {"h", ckpt::dtype::int16},   {"i", ckpt::dtype::int32},
       {"B", ckpt::dtype::uint8},   {"H", ckpt::dtype::uint16},  {"I", ckpt::dtype::uint32},
       {"e", ckpt::dtype::float16}, {"f", ckpt::dtype::float32}, {"d", ckpt::dtype::float64}};
-  for (const auto& [name, type] : files) {
+  for (const auto& file : files) {  // no structured binding: clang 14 cannot capture one (CAPTURE)
+    const char* name = file.first;
+    const ckpt::dtype type = file.second;
     CAPTURE(name);
     const fs::path p = samples / (std::string(name) + ".safetensors");
     CHECK(ckpt::detect_format(p) == "safetensors");

@@ -247,7 +247,9 @@ TEST_CASE("the Mesh TF T5 checkpoint: the index lists all 105 variables; a full 
   const auto meta = ckpt::metadata(mtf);
   REQUIRE(meta.size() == 105);
   REQUIRE(oracle.size() == 105);
-  for (const auto& [name, e] : oracle.items()) {
+  for (const auto& item : oracle.items()) {  // no structured binding: clang 14 cannot capture one (CAPTURE)
+    const std::string name = item.key();
+    const auto& e = item.value();
     CAPTURE(name);
     const auto& l = meta.leaf(ckpt::tf::bundle_detail::path_of(name));
     CHECK(std::string(ckpt::dtype_name(l.dtype())) == e["dtype"].get<std::string>());
