@@ -2,7 +2,8 @@
 //
 // Every message names the checkpoint directory and, when one is involved, the
 // tree path: "<checkpoint>: <path>: <what went wrong>". Callers that want the
-// parts separately read checkpoint() and path().
+// parts separately read checkpoint(), path() and message(). A NUL byte in any part
+// (a map key holds anything) is written as \0, so that what() is never cut short.
 #pragma once
 
 #include <stdexcept>
@@ -17,22 +18,29 @@ class Error : public std::runtime_error {
   Error(std::string checkpoint, std::string path, const std::string& what)
       : std::runtime_error(compose(checkpoint, path, what)),
         checkpoint_(std::move(checkpoint)),
-        path_(std::move(path)) {}
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+        path_(std::move(path)),
+        message_(what) {}
+  explicit Error(const std::string& what) : std::runtime_error(no_nul(what)), message_(what) {}
 
   // The checkpoint directory the error is about ("" when none is).
   const std::string& checkpoint() const noexcept { return checkpoint_; }
   // The tree path the error is about ("" when it concerns the whole checkpoint).
   const std::string& path() const noexcept { return path_; }
+  // What went wrong, without the checkpoint and path in front.
+  const std::string& message() const noexcept { return message_; }
 
  private:
   static std::string compose(const std::string& checkpoint, const std::string& path,
                              const std::string& what) {
     std::string m = checkpoint.empty() ? std::string("<no checkpoint>") : checkpoint;
     if (!path.empty()) m += ": " + path;
-    return m + ": " + what;
+    return no_nul(m + ": " + what);
   }
-  std::string checkpoint_, path_;
+  static std::string no_nul(std::string s) {
+    for (std::size_t at = s.find('\0'); at != std::string::npos; at = s.find('\0', at + 2)) s.replace(at, 1, "\\0");
+    return s;
+  }
+  std::string checkpoint_, path_, message_;
 };
 
 // Leaves the target needs and the checkpoint lacks; lists every one of them.

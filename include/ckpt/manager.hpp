@@ -85,8 +85,9 @@ struct ManagerOptions {
   int step_format_fixed_length = 0;
   // Create the root directory if it does not exist.
   bool create = true;
-  // At start, remove .tmp-* directories and step directories without a commit marker
-  // (what interrupted saves leave).
+  // At start, remove the .tmp-* directories of saves that are gone (no process holds
+  // their lock) and step directories without a commit marker (what interrupted saves
+  // leave).
   bool cleanup_tmp_directories = true;
   // Never write: no lock, no cleanup, save() returns false, delete_step() throws.
   bool read_only = false;
@@ -307,13 +308,14 @@ class CheckpointManager {
   // A JSON item saved with the step.
   nlohmann::json item_json(std::int64_t step, std::string_view name) {
     const auto file = item_dir(step, name, Item::kind::json);
-    const auto bytes = io::read_file(file, std::uint64_t{1} << 30);
+    std::vector<std::byte> bytes;
     try {
-      return nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
-                                   reinterpret_cast<const char*>(bytes.data()) + bytes.size());
-    } catch (const std::exception& e) {
-      throw CorruptCheckpointError(file.string(), "", std::string("item is not valid JSON: ") + e.what());
+      bytes = io::read_file(file, std::uint64_t{1} << 30);
+    } catch (const Error& e) {
+      throw CorruptCheckpointError(file.string(), "", std::string("item cannot be read: ") + e.what());
     }
+    return detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, file.string(), "",
+                              "item");
   }
 
   // Deletes a step (moved to todelete_subdir when set), even the latest.
@@ -373,16 +375,19 @@ class CheckpointManager {
     if (options_.async_timeout.count() <= 0) bad("async_timeout must be > 0");
   }
 
-  // Removes what interrupted saves and deletes leave: .tmp-* directories and step
-  // directories without a commit marker.
+  // Removes what interrupted saves and deletes leave: .tmp-* directories no live writer
+  // holds (a plain ckpt::save into the root may be running) and step directories
+  // without a commit marker. Symbolic links are left alone.
   void cleanup() {
+    io::remove_stale_staging(root_);
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(root_, ec)) {
       const std::string name = e.path().filename().string();
-      if (!e.is_directory(ec)) continue;
+      std::error_code e2;
+      if (e.is_symlink(e2) || !e.is_directory(e2)) continue;
       const bool tmp = name.starts_with(io::staging_prefix);
       const bool torn = !tmp && naming_.parse(name) && !format_type::is_committed(e.path());
-      if (tmp || torn) {
+      if (torn) {
         std::error_code rm;
         std::filesystem::remove_all(e.path(), rm);
         if (rm) throw Error(e.path().string(), "", "cannot remove a leftover directory: " + rm.message());
@@ -398,7 +403,9 @@ class CheckpointManager {
       for (const auto& e : std::filesystem::directory_iterator(root_, ec)) {
         const std::string name = e.path().filename().string();
         const auto step = naming_.parse(name);
-        if (!step || !e.is_directory(ec) || !format_type::is_committed(e.path())) continue;
+        // A step is a directory of the root: a symbolic link to one elsewhere is not listed.
+        std::error_code e2;
+        if (!step || e.is_symlink(e2) || !e.is_directory(e2) || !format_type::is_committed(e.path())) continue;
         // Two spellings of one step (another fixed length): the canonical one wins.
         if (found.contains(*step) && name != naming_.name(*step)) continue;
         found[*step] = load_info(e.path(), name);
@@ -473,7 +480,11 @@ class CheckpointManager {
     }
     const auto it = steps_.find(*step);
     if (it == steps_.end()) throw Error(root_.string(), "", "no step " + std::to_string(*step) + steps_list());
-    return root_ / it->second.name;
+    const auto dir = root_ / it->second.name;
+    std::error_code ec;
+    if (std::filesystem::is_symlink(dir, ec))  // replaced by a link since it was listed
+      throw Error(dir.string(), "", "the step directory is a symbolic link, not a step of this root");
+    return dir;
   }
 
   std::filesystem::path item_dir(std::int64_t step, std::string_view name, Item::kind kind) {
@@ -488,6 +499,10 @@ class CheckpointManager {
       throw Error(dir.string(), "", "item \"" + std::string(name) + "\" is a " + it->second + " item, not a " + want +
                                         " item");
     const auto base = dir / manager_detail::items_dir;
+    const auto rel = kind == Item::kind::tree ? std::filesystem::path(manager_detail::items_dir) / std::string(name)
+                                              : std::filesystem::path(manager_detail::items_dir);
+    if (io::has_symlink_below(dir, rel))  // items/ and a tree item's directory belong to the step
+      throw CorruptCheckpointError(dir.string(), "", "item \"" + std::string(name) + "\" is missing or a symbolic link");
     return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
   }
 
@@ -554,6 +569,9 @@ class CheckpointManager {
       return;
     }
     const auto doomed = root_ / (std::string(io::staging_prefix) + name + "-deleting-" + io::detail::random_suffix());
+    // Locked before it gets its .tmp- name, so that `ckpt gc` leaves the deletion to us.
+    const io::File hold = io::detail::open_dir_for_lock(dir);
+    if (hold) (void)::flock(hold.fd(), LOCK_EX | LOCK_NB);
     if (::rename(dir.c_str(), doomed.c_str()) != 0) {
       if (errno == ENOENT) return;  // already gone
       io::throw_errno("cannot delete step", dir);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <ckpt/detail/msgpack.hpp>
+#include <ckpt/detail/untrusted.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/version.hpp>
@@ -39,22 +40,9 @@ inline bool is_data_file_name(std::string_view s) {
   return true;
 }
 
-// A string from the manifest, quoted for an error message: bytes outside printable
-// ASCII become \xNN, since a NUL would cut what() short and others garble terminals.
-inline std::string quote_for_message(std::string_view s) {
-  std::string q = "\"";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      q += buf;
-    } else {
-      q.push_back(c);
-    }
-  }
-  return q + "\"";
-}
+// A string from a checkpoint, quoted for an error message (detail::quote: a bounded
+// prefix, valid UTF-8 kept, control characters and invalid bytes as \xNN).
+inline std::string quote_for_message(std::string_view s) { return ckpt::detail::quote(s); }
 
 inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vector<IndexEntry>& entries) {
   msgpack::sbuffer buf;

@@ -6,9 +6,11 @@
 // the chunk's grid position ("0.1", or "0/1"; "0" for a 0-d array). Edge chunks are
 // stored full size; a missing chunk reads as fill_value.
 //
-// Everything read is untrusted: shapes are checked against the bytes on disk before
-// anything is allocated, every decompression is bounded by the chunk's size, and
-// chunk keys are made of grid numbers only, so they never leave the array directory.
+// Everything read is untrusted: JSON is parsed with its nesting bounded, shapes are
+// checked against the bytes on disk before anything is allocated, every decompression
+// is bounded by the chunk's size, chunk keys are made of grid numbers only and no
+// symbolic link is followed, so they never leave the array directory, and values
+// quoted in messages are bounded (detail/untrusted.hpp).
 #pragma once
 
 #include <fcntl.h>
@@ -27,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ckpt/detail/untrusted.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/io/codec.hpp>
 #include <ckpt/io/file.hpp>
@@ -122,16 +125,15 @@ inline json compressor_json(const ArrayMeta& m) {
   return json{{"id", io::codec_name(m.compressor)}, {"level", m.level}};
 }
 
-// Parses JSON text from an untrusted file, naming the file in errors.
+// Parses JSON text from an untrusted file, naming the file in errors (nesting bounded:
+// detail::parse_json).
 inline json parse_json(std::span<const std::byte> bytes, const std::string& checkpoint, const std::string& path,
                        const std::string& what) {
-  try {
-    const char* p = reinterpret_cast<const char*>(bytes.data());
-    return json::parse(p, p + bytes.size());
-  } catch (const std::exception& e) {
-    throw CorruptCheckpointError(checkpoint, path, what + ": malformed JSON: " + e.what());
-  }
+  return ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, checkpoint, path, what);
 }
+
+// An untrusted JSON value in a message: bounded, never a whole dump().
+inline std::string describe(const json& j) { return ckpt::detail::describe(j); }
 
 inline json read_json_file(const fs::path& file, const std::string& checkpoint, const std::string& path) {
   std::vector<std::byte> bytes;
@@ -168,12 +170,12 @@ inline std::vector<std::byte> decode_fill(const json& j, dtype d, const std::fun
   if (j.is_null()) return out;
   auto num = [&](const json& v) {
     auto x = detail::json_number(v);
-    if (!x) fail("fill_value " + j.dump() + " is not a number");
+    if (!x) fail("fill_value " + describe(j) + " is not a number");
     return *x;
   };
   auto integer = [&]<class I>(I) {
     if (j.is_boolean()) return detail::put<I>(out, static_cast<I>(j.get<bool>()));
-    if (!j.is_number_integer() && !j.is_number_unsigned()) fail("fill_value " + j.dump() + " is not an integer");
+    if (!j.is_number_integer() && !j.is_number_unsigned()) fail("fill_value " + describe(j) + " is not an integer");
     if (j.is_number_unsigned()) detail::put<I>(out, static_cast<I>(j.get<std::uint64_t>()));
     else detail::put<I>(out, static_cast<I>(j.get<std::int64_t>()));
   };
@@ -229,14 +231,14 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
   };
   ArrayMeta m;
   if (const json& f = get("zarr_format"); !f.is_number_integer() || f.get<std::int64_t>() != 2)
-    fail(".zarray: zarr_format " + f.dump() + " is not 2");
+    fail(".zarray: zarr_format " + describe(f) + " is not 2");
   auto dims = [&](const json& a, const char* what) {
     Shape s;
     if (!a.is_array() || static_cast<std::int64_t>(a.size()) > max_rank) fail(std::string(".zarray: ") + what + " is not a list of at most 32 numbers");
     for (const auto& d : a) {
       if (!d.is_number_integer() && !d.is_number_unsigned()) fail(std::string(".zarray: ") + what + " holds a non-integer");
       if (d.is_number_unsigned() ? d.get<std::uint64_t>() > (std::uint64_t{1} << 62) : d.get<std::int64_t>() < 0)
-        fail(std::string(".zarray: ") + what + " holds " + d.dump());
+        fail(std::string(".zarray: ") + what + " holds " + describe(d));
       s.push_back(d.get<std::int64_t>());
     }
     return s;
@@ -248,9 +250,9 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
     if (c < 1) fail(".zarray: a chunk dimension is 0");
   if (element_count(m.shape) < 0 || element_count(m.chunks) < 0) fail(".zarray: shape or chunks overflow");
   const json& dt = get("dtype");
-  if (!dt.is_string()) fail(".zarray: dtype " + dt.dump() + " is not supported (structured dtypes are not)");
+  if (!dt.is_string()) fail(".zarray: dtype " + describe(dt) + " is not supported (structured dtypes are not)");
   const auto d = dtype_from_typestr(dt.get<std::string>(), m.big_endian);
-  if (!d) fail(".zarray: dtype " + dt.dump() + " is not supported");
+  if (!d) fail(".zarray: dtype " + describe(dt) + " is not supported");
   m.type = *d;
   const std::uint64_t es = dtype_size(m.type);
   if (static_cast<std::uint64_t>(element_count(m.shape)) > (std::uint64_t{1} << 62) / es ||
@@ -260,7 +262,7 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
   if (!comp.is_null()) {
     if (!comp.is_object() || !comp.contains("id") || !comp["id"].is_string()) fail(".zarray: compressor is malformed");
     const auto c = codec_from_id(comp["id"].get<std::string>());
-    if (!c) fail(".zarray: compressor " + comp["id"].dump() + " is not supported (gzip, zlib, zstd or null are)");
+    if (!c) fail(".zarray: compressor " + describe(comp["id"]) + " is not supported (gzip, zlib, zstd or null are)");
     m.compressor = *c;
     if (comp.contains("level") && comp["level"].is_number_integer()) m.level = comp["level"].get<int>();
   }
@@ -268,11 +270,11 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
     fail(".zarray: filters are not supported");
   if (auto it = j.find("order"); it != j.end()) {
     if (*it == "F") m.fortran = true;
-    else if (*it != "C") fail(".zarray: order " + it->dump() + " is neither C nor F");
+    else if (*it != "C") fail(".zarray: order " + describe(*it) + " is neither C nor F");
   }
   if (auto it = j.find("dimension_separator"); it != j.end() && !it->is_null()) {
     if (*it == "/") m.separator = '/';
-    else if (*it != ".") fail(".zarray: dimension_separator " + it->dump() + " is neither \".\" nor \"/\"");
+    else if (*it != ".") fail(".zarray: dimension_separator " + describe(*it) + " is neither \".\" nor \"/\"");
   }
   if (auto it = j.find("fill_value"); it != j.end()) m.fill = decode_fill(*it, m.type, fail);
   return m;
@@ -344,14 +346,22 @@ inline std::string check_plausible(const fs::path& dir, const ArrayMeta& m) {
     if (n != 0 && chunks > max_chunks / n) return "its grid has more than " + std::to_string(max_chunks) + " chunks";
     chunks *= n;
   }
+  // A chunk is decompressed whole, however little of it lies inside the array (edge
+  // chunks are stored full size): chunks far larger than the array itself are refused,
+  // or a 1 MiB chunk file could make a 10-element array allocate 64 GiB.
+  const std::uint64_t array_bytes = m.bytes();
+  const std::uint64_t chunk_limit = std::max(free_bytes, array_bytes > (std::uint64_t{1} << 60) ? array_bytes : 4 * array_bytes);
+  if (m.chunk_bytes() > chunk_limit)
+    return "chunks of " + shape_str(m.chunks) + " (" + std::to_string(m.chunk_bytes()) +
+           " bytes) are far larger than the array's " + std::to_string(array_bytes) + " bytes";
   std::uint64_t stored = 0;
   std::error_code ec;
   std::size_t files = 0;
   for (fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec), end; !ec && it != end; it.increment(ec)) {
     if (++files > max_chunks + 16) return "its directory holds too many files";
     if (it.depth() > max_rank) { it.disable_recursion_pending(); continue; }
-    std::error_code e2;
-    if (it->is_regular_file(e2)) stored += it->file_size(e2);
+    std::error_code e2;  // what links point at is not the array's: not counted
+    if (fs::is_regular_file(it->symlink_status(e2))) stored += it->file_size(e2);
   }
   const std::uint64_t allowed = free_bytes + (stored > (std::uint64_t{1} << 40) ? (std::uint64_t{1} << 62) : stored * max_expansion);
   if (m.bytes() > allowed)
@@ -390,6 +400,18 @@ inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::b
     std::uint64_t size = 0;
     int fd = -1;
     try {
+      // "0/1": open_chunk refuses a link as the chunk itself, the directories on the
+      // way are checked here (a missing one: the chunk reads as fill_value)
+      if (m.separator == '/' && rank > 1) {
+        fs::path p = dir;
+        for (const auto& part : fs::path(key).parent_path()) {
+          p /= part;
+          std::error_code e2;
+          const auto st = fs::symlink_status(p, e2);
+          if (fs::is_symlink(st)) throw Error(file.string(), "", "a directory on the way is a symbolic link");
+          if (!fs::exists(st)) break;
+        }
+      }
       fd = detail::open_chunk(file, size);
     } catch (const Error& e) {
       fail(std::string("chunk ") + key + ": " + e.what());
