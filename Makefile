@@ -7,6 +7,9 @@
 #   make clang      clang++ build and tests against the single header (build-clang/)
 #   make single-include / check-single-include
 #   make meson-test meson build and tests ($(MESON_BUILD_DIR)/)
+#   make crash-test SIGKILL saves at >= 1000 random moments (CRASH_KILLS), check every checkpoint
+#   make fuzz       libFuzzer + ASan/UBSan, every reader for FUZZ_SECONDS each ($(FUZZ_BUILD_DIR)/)
+#   make fuzz-smoke the same for FUZZ_SMOKE_SECONDS each (CI)
 #   make clean      remove all build directories
 
 SHELL := /bin/bash
@@ -21,6 +24,13 @@ ASAN_BUILD_DIR ?= build-asan
 TSAN_BUILD_DIR ?= build-tsan
 CLANG_BUILD_DIR ?= build-clang
 MESON_BUILD_DIR ?= build-meson
+FUZZ_BUILD_DIR ?= build-fuzz
+# fuzzing: seconds per target (make fuzz), and for the CI smoke run (make fuzz-smoke)
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 8
+# crash-test: how many saves to SIGKILL, and the seed of the moments (empty: random)
+CRASH_KILLS ?= 1000
+CRASH_SEED ?=
 , := ,
 
 # configure (always: cheap, and picks up new options) then build
@@ -36,7 +46,7 @@ define ctest_run
 endef
 
 .PHONY: all deps build test demo sanitize tsan clang single-include \
-        check-single-include meson meson-test clean distclean
+        check-single-include meson meson-test crash-test fuzz-build fuzz fuzz-smoke clean distclean
 
 all: build
 
@@ -74,6 +84,22 @@ clang: deps
 	$(call cmake_build,$(CLANG_BUILD_DIR),-DCMAKE_CXX_COMPILER=clang++ -DCKPT_USE_SINGLE_INCLUDE=ON $(CHECK_ONLY))
 	$(call ctest_run,$(CLANG_BUILD_DIR))
 
+# The crash test of `make test` (50 kills) at scale; prints the seed and the counts.
+crash-test: build
+	cd $(BUILD_DIR)/tests/tmp && CKPT_TEST_TMPDIR=$$PWD CKPT_CRASH_KILLS=$(CRASH_KILLS) CKPT_CRASH_SEED=$(CRASH_SEED) \
+	  ../ckpt_tests --source-file='*/test_crash.cpp' --test-case='crash: saves killed*' --force-colors=false
+
+# One libFuzzer target per reader (fuzz/), clang with ASan+UBSan; corpora and findings
+# stay in $(FUZZ_BUILD_DIR)/ (see fuzz/run.sh). FUZZ_JOBS=2 runs two targets at once.
+fuzz-build: deps
+	$(call cmake_build,$(FUZZ_BUILD_DIR),-DCMAKE_CXX_COMPILER=clang++ -DCKPT_BUILD_FUZZ=ON -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_TOOLS=OFF -DCKPT_INSTALL=OFF $(CHECK_ONLY))
+
+fuzz: fuzz-build
+	fuzz/run.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
+
+fuzz-smoke: fuzz-build
+	fuzz/run.sh $(FUZZ_BUILD_DIR) $(FUZZ_SMOKE_SECONDS)
+
 single-include:
 	$(PYTHON) tools/amalgamate.py -o single_include/ckpt/ckpt.hpp
 
@@ -96,7 +122,7 @@ meson-test: meson
 	meson test -C $(MESON_BUILD_DIR) --print-errorlogs --num-processes $(JOBS)
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(CLANG_BUILD_DIR) $(MESON_BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(CLANG_BUILD_DIR) $(MESON_BUILD_DIR) $(FUZZ_BUILD_DIR)
 
 # also drops the unpacked Boost / msgpack headers
 distclean: clean

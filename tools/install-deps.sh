@@ -23,6 +23,8 @@ apt_packages=(
   libzstd-dev zlib1g-dev libxxhash-dev nlohmann-json3-dev libcli11-dev
   # used by interop tests through /usr/bin/python3
   python3-zarr python3-numpy python3-msgpack
+  # the durability test records a save's system calls (tests/durability/)
+  strace
 )
 # unpacked into $prefix, never installed (see above)
 local_debs=(libboost1.81-dev libmsgpack-cxx-dev)
