@@ -8,6 +8,10 @@
 #   make clang-sanitize  the same with ASan+UBSan at -O1, as CI runs it (build-clang-san/)
 #   make single-include / check-single-include
 #   make meson-test meson build and tests ($(MESON_BUILD_DIR)/)
+#   make crash-test SIGKILL saves at >= 1000 random moments (CRASH_KILLS), check every checkpoint
+#   make fuzz       libFuzzer + ASan/UBSan, every reader for FUZZ_SECONDS each ($(FUZZ_BUILD_DIR)/)
+#   make fuzz-smoke the same for FUZZ_SMOKE_SECONDS each (CI runs it as the fuzz_smoke
+#                   test of make clang-sanitize)
 #   make clean      remove all build directories
 
 SHELL := /bin/bash
@@ -23,6 +27,13 @@ TSAN_BUILD_DIR ?= build-tsan
 CLANG_BUILD_DIR ?= build-clang
 CLANG_SAN_BUILD_DIR ?= build-clang-san
 MESON_BUILD_DIR ?= build-meson
+FUZZ_BUILD_DIR ?= build-fuzz
+# fuzzing: seconds per target (make fuzz), and for the CI smoke run (make fuzz-smoke)
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 8
+# crash-test: how many saves to SIGKILL, and the seed of the moments (empty: random)
+CRASH_KILLS ?= 1000
+CRASH_SEED ?=
 , := ,
 
 # configure (always: cheap, and picks up new options) then build
@@ -38,7 +49,7 @@ define ctest_run
 endef
 
 .PHONY: all deps build test demo sanitize tsan clang clang-sanitize single-include \
-        check-single-include meson meson-test clean distclean
+        check-single-include meson meson-test crash-test fuzz-build fuzz fuzz-smoke clean distclean
 
 all: build
 
@@ -78,12 +89,30 @@ clang: deps
 	$(call cmake_build,$(CLANG_BUILD_DIR),-DCMAKE_CXX_COMPILER=clang++ -DCKPT_USE_SINGLE_INCLUDE=ON $(CHECK_ONLY))
 	$(call ctest_run,$(CLANG_BUILD_DIR))
 
-# What CI runs after the gcc build: one build that checks three things at once
-# (clang, the single header in header-only mode, ASan+UBSan), at -O1 to compile faster.
+# What CI runs after the gcc build: one build that checks four things at once
+# (clang, the single header in header-only mode, ASan+UBSan, and a short fuzzing run of
+# every reader: the fuzz_smoke test), at -O1 to compile faster.
 clang-sanitize: deps
 	$(call cmake_build,$(CLANG_SAN_BUILD_DIR),-DCMAKE_CXX_COMPILER=clang++ -DCKPT_USE_SINGLE_INCLUDE=ON \
-	  -DCKPT_SANITIZE=address$(,)undefined -DCKPT_CONSUMER_TESTS=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" $(CHECK_ONLY))
+	  -DCKPT_SANITIZE=address$(,)undefined -DCKPT_CONSUMER_TESTS=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+	  -DCKPT_BUILD_FUZZ=ON -DCKPT_FUZZ_SMOKE_SECONDS=$(FUZZ_SMOKE_SECONDS) $(CHECK_ONLY))
 	$(call ctest_run,$(CLANG_SAN_BUILD_DIR))
+
+# The crash test of `make test` (50 kills) at scale; prints the seed and the counts.
+crash-test: build
+	cd $(BUILD_DIR)/tests/tmp && CKPT_TEST_TMPDIR=$$PWD CKPT_CRASH_KILLS=$(CRASH_KILLS) CKPT_CRASH_SEED=$(CRASH_SEED) \
+	  ../ckpt_tests --source-file='*/test_crash.cpp' --test-case='crash: saves killed*' --force-colors=false
+
+# One libFuzzer target per reader (fuzz/), clang with ASan+UBSan; corpora and findings
+# stay in $(FUZZ_BUILD_DIR)/ (see fuzz/run.sh). FUZZ_JOBS=2 runs two targets at once.
+fuzz-build: deps
+	$(call cmake_build,$(FUZZ_BUILD_DIR),-DCMAKE_CXX_COMPILER=clang++ -DCKPT_BUILD_FUZZ=ON -DCKPT_BUILD_TESTS=OFF -DCKPT_BUILD_TOOLS=OFF -DCKPT_INSTALL=OFF $(CHECK_ONLY),fuzz_readers)
+
+fuzz: fuzz-build
+	fuzz/run.sh $(FUZZ_BUILD_DIR) $(FUZZ_SECONDS)
+
+fuzz-smoke: fuzz-build
+	fuzz/run.sh $(FUZZ_BUILD_DIR) $(FUZZ_SMOKE_SECONDS)
 
 single-include:
 	$(PYTHON) tools/amalgamate.py -o single_include/ckpt/ckpt.hpp
@@ -110,7 +139,7 @@ meson-test: meson
 	meson test -C $(MESON_BUILD_DIR) --print-errorlogs --num-processes $(JOBS)
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(CLANG_BUILD_DIR) $(CLANG_SAN_BUILD_DIR) $(MESON_BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR) $(TSAN_BUILD_DIR) $(CLANG_BUILD_DIR) $(CLANG_SAN_BUILD_DIR) $(MESON_BUILD_DIR) $(FUZZ_BUILD_DIR)
 
 # also drops the unpacked Boost / msgpack headers
 distclean: clean

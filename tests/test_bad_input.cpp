@@ -16,16 +16,19 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -284,7 +287,7 @@ TEST_CASE("bad input: a missing checkpoint, manifest, commit marker or data file
   SUBCASE("a file that is no checkpoint") {  // a file could be Flax msgpack: detection says it is not
     const fs::path dir = t / "file";
     test::write_bytes(dir, Bytes{'x'});
-    CHECK_CKPT_ERROR(ckpt::Error, ckpt::restore<Small>(dir), dir, "", "not a checkpoint in any format ckpt reads");
+    CHECK_CKPT_ERROR(ckpt::Error, ckpt::restore<Small>(dir), dir, "", "not a checkpoint in any format");
   }
   SUBCASE("an empty directory") {
     const fs::path dir = t / "empty";
@@ -976,4 +979,667 @@ TEST_CASE("bad input: a save killed at any moment leaves no checkpoint or a whol
     fs::remove_all(root);
   }
   MESSAGE("killed saves: target whole " << whole << " times, absent " << absent << " times");
+}
+
+// ---------------------------------------------------------------------------------
+// Regressions of the reliability campaign (issue 13): each case crashed, escaped as a
+// foreign exception, read outside the checkpoint, named the wrong directory or left
+// garbage behind before its fix.
+
+namespace bad_input {
+
+struct Arr {
+  std::vector<float> a;
+};
+
+// Runs the ckpt tool; {exit code or -signal, stdout, stderr}.
+struct CliRun {
+  int rc = -1;
+  std::string out, err;
+};
+inline CliRun run_cli(const std::string& args) {
+  test::TempDir tmp;
+  const std::string cmd = std::string(CKPT_CLI) + " " + args + " >" + (tmp / "out").string() + " 2>" +
+                          (tmp / "err").string();
+  const int st = std::system(cmd.c_str());
+  auto slurp = [](const fs::path& p) {
+    auto v = test::read_bytes(p);
+    return std::string(v.begin(), v.end());
+  };
+  CliRun r;
+  // system() runs sh, which reports a child killed by signal N as exit code 128 + N
+  r.rc = WIFEXITED(st) ? (WEXITSTATUS(st) > 128 ? -(WEXITSTATUS(st) - 128) : WEXITSTATUS(st)) : -WTERMSIG(st);
+  r.out = slurp(tmp / "out");
+  r.err = slurp(tmp / "err");
+  return r;
+}
+inline bool have_cli() { return fs::exists(CKPT_CLI); }
+
+inline std::string text_of(const fs::path& p) {
+  const auto v = test::read_bytes(p);
+  return std::string(v.begin(), v.end());
+}
+inline void write_text(const fs::path& p, const std::string& s) { test::write_bytes(p, Bytes(s.begin(), s.end())); }
+
+// `depth` nested JSON arrays: [[[...]]]
+inline std::string deep_json_array(std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+// Replaces the value of "key" in a JSON object file by raw JSON text.
+inline void set_json_key(const fs::path& file, const std::string& key, const std::string& raw_value) {
+  auto j = nlohmann::json::parse(text_of(file));
+  j[key] = nullptr;
+  std::string s = j.dump();
+  const std::string needle = "\"" + key + "\":null";
+  const auto at = s.find(needle);
+  REQUIRE(at != std::string::npos);
+  s.replace(at, needle.size(), "\"" + key + "\":" + raw_value);
+  write_text(file, s);
+}
+
+// Replaces the first occurrence of `from` by `to` (same length) in a binary file.
+inline void patch_bytes(const fs::path& file, const std::string& from, const std::string& to) {
+  REQUIRE(from.size() == to.size());
+  Bytes b = test::read_bytes(file);
+  const auto it = std::search(b.begin(), b.end(), from.begin(), from.end());
+  REQUIRE(it != b.end());
+  std::copy(to.begin(), to.end(), it);
+  test::write_bytes(file, b);
+}
+
+// In a child (a crash must not take the test run down): restore_tree throws an E naming dir.
+template <class E = CorruptCheckpointError>
+int child_restore_tree_expects(const fs::path& dir) {
+  return run_in_child([&] { return child_expects<E>([&] { (void)ckpt::restore_tree(dir); }, dir); }, 0, 60);
+}
+
+}  // namespace bad_input
+
+TEST_CASE("regression: deeply nested JSON in .zarray (dtype, order, fill_value) is refused, not a stack overflow") {
+  test::TempDir t;
+  const std::string deep = deep_json_array(100000);  // 200 KB
+  for (const std::string key : {"dtype", "order", "fill_value", "shape", "compressor", "filters"}) {
+    CAPTURE(key);
+    const fs::path z = t / ("z-" + key), o = t / ("o-" + key), x = t / ("t-" + key);
+    ckpt::save<ckpt::zarr_v2>(z, Arr{{1, 2, 3}});
+    ckpt::save<ckpt::orbax>(o, Arr{{1, 2, 3}});
+    ckpt::save<ckpt::t5x>(x, Arr{{1, 2, 3}});
+    set_json_key(z / "a/.zarray", key, deep);
+    set_json_key(o / "default/a/.zarray", key, deep);
+    set_json_key(x / "a/.zarray", key, deep);
+    CHECK(child_restore_tree_expects(z) == 0);
+    CHECK(child_restore_tree_expects(o) == 0);
+    CHECK(child_restore_tree_expects(x) == 0);
+    CHECK(run_in_child([&] { return child_expects<CorruptCheckpointError>([&] { (void)ckpt::metadata(z); }, z); }) == 0);
+    if (have_cli()) {
+      const CliRun r = run_cli("verify " + z.string());
+      INFO(r.err);
+      CHECK(r.rc == 2);
+      CHECK(r.err.find(z.string()) != std::string::npos);
+    }
+  }
+  // Orbax's _METADATA and _strings.json, deep anywhere
+  const fs::path o = t / "o-meta";
+  ckpt::save<ckpt::orbax>(o, Arr{{1, 2, 3}});
+  set_json_key(o / "default/_METADATA", "use_zarr3", deep);
+  CHECK(child_restore_tree_expects(o) == 0);
+}
+
+TEST_CASE("regression: a zarr chunk far larger than its array is refused before anything is allocated") {
+  // Found while fuzzing the zarr reader: chunks of 2^34 floats for a 10-element array,
+  // with a 1 MiB zstd chunk file, made the reader allocate 64 GiB for the chunk.
+  test::TempDir t;
+  const fs::path z = t / "z";
+  ckpt::save<ckpt::zarr_v2>(z, Arr{std::vector<float>(10, 1.0f)});
+  set_json_key(z / "a/.zarray", "chunks", "[17179869184]");
+  test::write_bytes(z / "a/0", Bytes(std::size_t{1} << 20, 'x'));
+  CHECK_CKPT_ERROR(CorruptCheckpointError, ckpt::restore_tree(z), z, "a", "far larger than the array");
+  CHECK(run_in_child([&] { return child_expects<CorruptCheckpointError>([&] { (void)ckpt::restore_tree(z); }, z); },
+                     std::uint64_t{512} << 20) == 0);
+}
+
+TEST_CASE("regression: step metadata with timestamps out of int64's range is refused, not converted (UB)") {
+  // Found by fuzzing the manager's step metadata (UBSan): a timestamp of 1.8e21 was
+  // converted to int64 (undefined behaviour), and extreme timestamps overflowed when
+  // keep_time_interval subtracted them.
+  test::TempDir t;
+  const fs::path root = t / "run";
+  {
+    ckpt::CheckpointManager<Small> mgr(root);
+    mgr.save(1, make_small(), {{"loss", 1.0}});
+    mgr.save(2, make_small(), {{"loss", 2.0}});
+    mgr.save(3, make_small(), {{"loss", 3.0}});
+  }
+  set_json_key(root / "1" / "_CHECKPOINT_METADATA", "init_timestamp_nsecs", "1796017208208519511319");
+  set_json_key(root / "2" / "_CHECKPOINT_METADATA", "init_timestamp_nsecs", "-9223372036854775808");
+  set_json_key(root / "3" / "_CHECKPOINT_METADATA", "init_timestamp_nsecs", "9223372036854775807");
+  ckpt::CheckpointManager<Small> mgr(root, {.keep_time_interval = std::chrono::hours(1)});
+  CHECK(mgr.all_steps() == std::vector<std::int64_t>{1, 2, 3});
+  CHECK(mgr.metrics(1).empty());  // its metadata is refused: the step counts, without it
+  CHECK(mgr.metrics(2).at("loss") == 2.0);
+  mgr.save(4, make_small(), {{"loss", 4.0}});  // prunes by time over the extreme timestamps
+  CHECK(same(mgr.restore(), make_small()));
+}
+
+TEST_CASE("regression: deeply nested custom_metadata in one step's _CHECKPOINT_METADATA does not stop the manager") {
+  test::TempDir t;
+  const fs::path root = t / "run";
+  {
+    ckpt::CheckpointManager<Small> mgr(root);
+    mgr.save(1, make_small(), {{"loss", 1.0}});
+    mgr.save(2, make_small(), {{"loss", 0.5}});
+  }
+  set_json_key(root / "1" / "_CHECKPOINT_METADATA", "custom_metadata", deep_json_array(100000));
+  for (const bool read_only : {true, false}) {
+    CAPTURE(read_only);
+    const int rc = run_in_child(
+        [&] {
+          ckpt::CheckpointManager<Small> mgr(root, {.read_only = read_only});
+          if (mgr.all_steps() != std::vector<std::int64_t>{1, 2}) return 2;
+          if (!same(mgr.restore(1), make_small()) || !same(mgr.restore(), make_small())) return 3;
+          if (!mgr.custom_metadata(1).is_null()) return 4;  // unreadable metadata: the step counts, without it
+          return 0;
+        },
+        0, 60);
+    CHECK(rc == 0);
+  }
+  // the ckpt tool lists the root
+  if (have_cli()) {
+    const CliRun r = run_cli("ls " + root.string());
+    INFO(r.err);
+    CHECK(r.rc == 0);
+    set_json_key(root / "2" / "_CHECKPOINT_METADATA", "metrics", "{\"x\":" + deep_json_array(100000) + "}");
+    const CliRun r2 = run_cli("ls --json " + root.string());
+    INFO(r2.err);
+    CHECK(r2.rc == 0);
+  }
+}
+
+TEST_CASE("regression: invalid UTF-8 in a t5x TensorStore spec is a ckpt::Error naming the checkpoint") {
+  test::TempDir t;
+  // (from, to): a spec's string replaced by bytes that are not UTF-8, same length
+  const std::vector<std::pair<std::string, std::string>> patches = {
+      {"\xa6" "driver\xa4zarr", "\xa6" "driver\xa4\xff\xfe\xfd\xfc"},
+      {"\xa4" "file", "\xa4\xc3\x28\xa0\xa1"},
+      {"\xa7" "float32", "\xa7\xe2\x28\xa1\xff\xfe\x80\x81"},
+      {"\xa2" "id\xa4zstd", "\xa2" "id\xa4\xf0\x28\x8c\xbc"},
+  };
+  int n = 0;
+  for (const auto& [from, to] : patches) {
+    const fs::path x = t / ("t" + std::to_string(n++));
+    ckpt::save<ckpt::basic_t5x<ckpt::io::codec::zstd>>(x, Arr{{1, 2, 3}});
+    fs::remove(x / "a/.zarray");  // so the spec's metadata is what is read
+    patch_bytes(x / "checkpoint", from, to);
+    CHECK_CKPT_ERROR(CorruptCheckpointError, ckpt::restore_tree(x), x, "a", "");
+    CHECK_CKPT_ERROR(CorruptCheckpointError, ckpt::metadata(x), x, "a", "");
+    if (have_cli()) {
+      const CliRun r = run_cli("tree --json " + x.string());
+      INFO(r.err);
+      CHECK(r.rc == 2);
+      CHECK(r.err.find(x.string()) != std::string::npos);
+      CHECK(r.err.find("type_error") == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("regression: the native reader refuses symlinks for manifest, commit and data files") {
+  test::TempDir t;
+  const fs::path real = save_small(t, "real");
+  // A checkpoint directory made of links to another checkpoint's files
+  const fs::path links = t / "links";
+  fs::create_directories(links);
+  for (const char* f : {"manifest", "commit", "data-0"}) fs::create_symlink(real / f, links / f);
+  CHECK_CKPT_ERROR(CorruptCheckpointError, ckpt::restore<Small>(links), links, "", "");
+  CHECK_CKPT_ERROR(CorruptCheckpointError, ckpt::metadata(links), links, "", "");
+  CHECK_CKPT_ERROR(CorruptCheckpointError, ckpt::restore_tree(links), links, "", "");
+  // One link at a time
+  for (const char* f : {"manifest", "commit", "data-0"}) {
+    CAPTURE(f);
+    const fs::path d = save_small(t, std::string("one-") + f);
+    fs::copy_file(d / f, t / (std::string("outside-") + f));
+    fs::remove(d / f);
+    fs::create_symlink(t / (std::string("outside-") + f), d / f);
+    const Caught c = catch_error<CorruptCheckpointError>([&] { (void)ckpt::restore<Small>(d); });
+    INFO(c.what);
+    CHECK(c.thrown);
+    CHECK(c.checkpoint == d.string());
+  }
+  // A linked data-0 read without checksums would return an outside file's bytes
+  const fs::path d = save_small(t, "nocheck");
+  Bytes outside = test::read_bytes(d / "data-0");
+  std::fill(outside.begin(), outside.end(), '\x42');
+  test::write_bytes(t / "outside-data", outside);
+  fs::remove(d / "data-0");
+  fs::create_symlink(t / "outside-data", d / "data-0");
+  CHECK_CKPT_ERROR(CorruptCheckpointError, ckpt::restore<Small>(d, {.verify_checksums = false}), d, "a", "");
+  if (have_cli()) {
+    const CliRun r = run_cli("convert " + links.string() + " " + (t / "converted").string() + " --to native");
+    CHECK(r.rc == 2);
+    CHECK(!fs::exists(t / "converted"));
+  }
+}
+
+TEST_CASE("regression: the manager neither lists nor restores a step directory that is a symlink") {
+  test::TempDir t;
+  const fs::path root = t / "run", other = t / "other";
+  {
+    ckpt::CheckpointManager<Small> mgr(root);
+    mgr.save(1, make_small());
+    mgr.save(2, make_small());
+  }
+  Small s = make_small();
+  s.step = 99;
+  ckpt::save(other, s);
+  fs::create_symlink(other, root / "3");
+  for (const bool read_only : {true, false}) {
+    CAPTURE(read_only);
+    ckpt::CheckpointManager<Small> mgr(root, {.read_only = read_only});
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{1, 2});
+    CHECK(mgr.latest_step() == 2);
+    CHECK(mgr.restore().step == 7);
+    CHECK_THROWS_AS(mgr.restore(3), ckpt::Error);
+  }
+  CHECK(fs::is_symlink(root / "3"));  // left alone
+  CHECK(ckpt::restore<Small>(other).step == 99);
+}
+
+TEST_CASE("regression: writer errors name the checkpoint asked for, not the staging directory") {
+  test::TempDir t;
+  struct WithString {
+    std::vector<float> a{1, 2};
+    std::string s = "x";
+  };
+  const fs::path z = t / "z";
+  const Caught c = catch_error<ckpt::Error>([&] { ckpt::save<ckpt::zarr_v2>(z, WithString{}); });
+  INFO(c.what);
+  CHECK(c.thrown);
+  CHECK(c.checkpoint == z.string());
+  CHECK(c.what.find(".tmp-") == std::string::npos);
+  // An I/O failure while writing (a file size limit), in a child
+  const fs::path n = t / "n";
+  const int rc = run_in_child([&] {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit rl{4096, 4096};
+    if (::setrlimit(RLIMIT_FSIZE, &rl) != 0) return 5;
+    const Caught e = catch_error<ckpt::Error>([&] { ckpt::save(n, make_small()); });
+    std::fprintf(stderr, "child: %s\n", e.what.c_str());
+    if (!e.thrown) return 2;
+    if (e.checkpoint != n.string()) return 3;
+    if (e.what.find(".tmp-") != std::string::npos) return 4;
+    return 0;
+  });
+  CHECK(rc == 0);
+  CHECK(!fs::exists(n));
+}
+
+TEST_CASE("regression: a key holding NUL does not cut an error message short") {
+  test::TempDir t;
+  struct Nested {
+    std::map<std::string, std::map<std::string, float>> m;
+  };
+  Nested v;
+  const std::string k1("a.b\0c", 5), k2("b\0c.k", 5);
+  v.m[k1]["k"] = 1;
+  v.m["a"][k2] = 2;  // both are the Orbax / t5x name "m.a.b\0c.k"
+  for (int format = 0; format < 2; ++format) {
+    CAPTURE(format);
+    const fs::path d = t / ("d" + std::to_string(format));
+    const Caught c = catch_error<ckpt::Error>([&] {
+      if (format == 0) ckpt::save<ckpt::orbax>(d, v);
+      else {
+        struct Big {
+          std::map<std::string, std::map<std::string, std::vector<float>>> m;
+        } b;
+        b.m[k1]["k"] = {1, 2};
+        b.m["a"][k2] = {3, 4};
+        ckpt::save<ckpt::t5x>(d, b);
+      }
+    });
+    INFO(c.what);
+    CHECK(c.thrown);
+    CHECK(c.what.find('\0') == std::string::npos);
+    CHECK(std::strlen(c.what.c_str()) == c.what.size());
+    CHECK(c.what.find(format == 0 ? "Orbax" : "t5x") != std::string::npos);  // the part after the NUL is there
+  }
+}
+
+TEST_CASE("regression: a killed plain save's staging directory is collected by the next save and by `ckpt gc`") {
+  test::TempDir t;
+  KillState state;
+  state.w1.resize(std::size_t{4} << 20);
+  state.w2.resize(state.w1.size());
+  state.w3.resize(state.w1.size());
+  state.w4.resize(std::size_t{2} << 20);
+  const fs::path target = t / "target";
+  auto leftovers = [&](const std::string& name) {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(t.path()))
+      if (e.path().filename().string().rfind(".tmp-" + name + "-", 0) == 0) ++n;
+    return n;
+  };
+  // Kill saves until one leaves its staging directory behind.
+  std::mt19937 rng(13);
+  for (int attempt = 0; attempt < 40 && leftovers("target") == 0; ++attempt) {
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      try {
+        for (std::int64_t round = 1;; ++round) {
+          fill_round(state, round);
+          ckpt::save(target, state, {.force = true});
+        }
+      } catch (...) {
+      }
+      ::_exit(3);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 + rng() % 150));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  }
+  const int before = leftovers("target");
+  REQUIRE(before > 0);
+  // A staging directory of a save still in progress (this process's) is not touched.
+  ckpt::io::StagingDir live(target);
+  test::write_bytes(live.path() / "partial", Bytes(10, 'x'));
+  fill_round(state, 77);
+  ckpt::save(target, state, {.force = true});
+  CHECK(leftovers("target") == 1);  // the live one only
+  CHECK(fs::exists(live.path() / "partial"));
+  CHECK(ckpt::restore<KillState>(target).round == 77);
+  MESSAGE("staging directories left by killed saves: " << before);
+
+  // `ckpt gc DIR` collects stale ones (a pretend leftover of another target) and keeps live ones.
+  fs::create_directories(t / ".tmp-other-123abc" / "sub");
+  test::write_bytes(t / ".tmp-other-123abc" / "sub" / "f", Bytes(1000, 'x'));
+  if (have_cli()) {
+    const CliRun r = run_cli("gc " + t.path().string());
+    INFO(r.out << r.err);
+    CHECK(r.rc == 0);
+    CHECK(!fs::exists(t / ".tmp-other-123abc"));
+    CHECK(fs::exists(live.path() / "partial"));
+    CHECK(r.out.find(".tmp-other-123abc") != std::string::npos);
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// Every reader against every kind of hostile file, through every way in: restore<T>,
+// restore_tree, metadata (then each leaf), the manager (native steps) and the ckpt
+// tool. Each file of a checkpoint in turn is replaced by a link out of the checkpoint,
+// a hard link, a FIFO, a device, a bit-flipped, truncated, deeply nested or invalid
+// UTF-8 version of itself. Allowed outcomes: a ckpt::Error naming the checkpoint, or
+// a restore of exactly the saved values (a file the reader did not need); never a
+// crash, a hang, a foreign exception, or other values. Files outside the checkpoint
+// (the links' targets, a sentinel) are never changed.
+
+namespace bad_input {
+
+struct H {
+  std::int64_t step = 0;
+  std::vector<float> a;        // a native data file, a zarr array
+  std::vector<std::int32_t> c;  // inline / a small array
+};
+
+inline H make_h() {
+  H h;
+  h.step = 11;
+  for (int i = 0; i < 2000; ++i) h.a.push_back(static_cast<float>(i) * 0.25f - 7.0f);
+  h.c = {3, 1, 4, 1, 5};
+  return h;
+}
+inline bool same_h(const H& x, const H& y) { return x.step == y.step && x.a == y.a && x.c == y.c; }
+
+enum class Kind { json, msgpack, binary };
+inline Kind kind_of(const fs::path& f) {
+  const std::string n = f.filename().string();
+  if (n == ".zarray" || n == ".zgroup" || n == "_METADATA" || n == "_CHECKPOINT_METADATA" || n == "_strings.json") return Kind::json;
+  if (n == "checkpoint" || n == "manifest" || n == "ckpt.msgpack") return Kind::msgpack;
+  return Kind::binary;
+}
+
+struct Outside {  // a file outside every checkpoint, and what it held
+  fs::path path;
+  Bytes bytes;
+  fs::file_time_type mtime;
+};
+
+// In a child: every library entry point on `c`; 0 when each gave an allowed outcome.
+// values_may_differ: a flipped bit in array data of a format without checksums reads
+// as a flipped value (nothing can tell); every other success must give the saved values.
+inline int library_entry_points(const fs::path& c, bool native, const fs::path& manager_root, bool values_may_differ) {
+  const H want = make_h();
+  int bad = 0;
+  auto allowed = [&](const char* what, const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const ckpt::Error& e) {
+      const std::string w = e.what();
+      if (w.find(c.string()) == std::string::npos || e.checkpoint().rfind(c.string(), 0) != 0) {
+        std::fprintf(stderr, "child: %s: an error that does not name %s: %s\n", what, c.c_str(), w.c_str());
+        ++bad;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s: not a ckpt::Error: %s\n", what, e.what());
+      ++bad;
+    }
+  };
+  auto expect_same = [&](const char* what, const H& got) {
+    if (!values_may_differ && !same_h(got, want)) {
+      std::fprintf(stderr, "child: %s: restored other values without an error\n", what);
+      ++bad;
+    }
+  };
+  allowed("restore", [&] { expect_same("restore", ckpt::restore<H>(c)); });
+  allowed("restore_tree", [&] {
+    const ckpt::Tree t = ckpt::restore_tree(c);
+    H h;
+    h.step = t.leaf("step").as<std::int64_t>();
+    h.a = t.leaf("a").as<std::vector<float>>();
+    h.c = t.leaf("c").as<std::vector<std::int32_t>>();
+    expect_same("restore_tree", h);
+  });
+  allowed("metadata", [&] {
+    const ckpt::Tree t = ckpt::metadata(c);
+    for (const auto& p : t.paths()) (void)t.leaf(p).bytes();
+  });
+  if (native) {
+    allowed("manager", [&] {
+      ckpt::CheckpointManager<H> mgr(manager_root, {.read_only = true});
+      for (const auto s : mgr.all_steps()) expect_same("manager", mgr.restore(s));
+    });
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+}  // namespace bad_input
+
+TEST_CASE("hostile input: links out, hard links, FIFOs, devices, bit flips, truncation, deep nesting, invalid UTF-8 in every file of every format") {
+  test::TempDir t;
+  const bool cli = have_cli();
+  const H h = make_h();
+  struct Fmt {
+    std::string name;
+    std::function<void(const fs::path&)> save;
+    bool single_file;
+  };
+  const std::vector<Fmt> formats = {
+      {"native", [&](const fs::path& p) { ckpt::save(p, h); }, false},
+      {"flax", [&](const fs::path& p) { ckpt::save<ckpt::flax_msgpack>(p, h); }, true},
+      {"t5x", [&](const fs::path& p) { ckpt::save<ckpt::t5x>(p, h); }, false},
+      {"orbax", [&](const fs::path& p) { ckpt::save<ckpt::orbax>(p, h); }, false},
+      {"zarr", [&](const fs::path& p) { ckpt::save<ckpt::zarr_v2>(p, h); }, false},
+  };
+  std::vector<Outside> outside;
+  const fs::path out_dir = t / "outside";
+  fs::create_directories(out_dir);
+  auto add_outside = [&](const Bytes& b) {
+    Outside o{out_dir / ("f" + std::to_string(outside.size())), b, {}};
+    test::write_bytes(o.path, b);
+    o.mtime = fs::last_write_time(o.path);
+    outside.push_back(o);
+    return o.path;
+  };
+  add_outside(Bytes(100, 's'));  // the sentinel
+  const bool can_mknod = [&] {
+    const fs::path p = t / "probe-dev";
+    const bool ok = ::mknod(p.c_str(), S_IFCHR | 0600, makedev(1, 5)) == 0;
+    fs::remove(p);
+    return ok;
+  }();
+  int cases = 0, errors = 0, untouched = 0;
+  for (const auto& fmt : formats) {
+    CAPTURE(fmt.name);
+    const fs::path orig_root = t / ("orig-" + fmt.name);
+    fs::create_directories(orig_root);
+    const fs::path orig = orig_root / (fmt.single_file ? "ckpt.msgpack" : "1");
+    fmt.save(orig);
+    std::vector<fs::path> files;  // relative
+    if (fmt.single_file) files.push_back("");
+    else
+      for (const auto& e : fs::recursive_directory_iterator(orig))
+        if (e.is_regular_file()) files.push_back(fs::relative(e.path(), orig));
+    std::sort(files.begin(), files.end());
+    REQUIRE(!files.empty());
+
+    for (const auto& rel : files) {
+      const Kind kind = kind_of(fmt.single_file ? orig : orig / rel);
+      const Bytes original = test::read_bytes(fmt.single_file ? orig : orig / rel);
+      std::vector<std::pair<std::string, std::function<void(const fs::path&)>>> attacks;
+      auto replace = [](const fs::path& f, const Bytes& b) {
+        fs::remove(f);
+        test::write_bytes(f, b);
+      };
+      if (!fmt.single_file) {
+        attacks.push_back({"link out", [&, original](const fs::path& f) {
+                             Bytes b = original;
+                             for (auto& ch : b) ch = static_cast<char>(ch ^ 0x20);  // other content: reading it shows
+                             fs::remove(f);
+                             fs::create_symlink(add_outside(b), f);
+                           }});
+      }
+      attacks.push_back({"FIFO", [](const fs::path& f) {
+                           fs::remove(f);
+                           REQUIRE(::mkfifo(f.c_str(), 0600) == 0);
+                         }});
+      if (can_mknod)
+        attacks.push_back({"device", [](const fs::path& f) {
+                             fs::remove(f);
+                             REQUIRE(::mknod(f.c_str(), S_IFCHR | 0600, makedev(1, 5)) == 0);
+                           }});
+      for (const double at : {0.0, 0.5, 0.999})
+        attacks.push_back({"bit flip at " + std::to_string(at), [at, original, replace](const fs::path& f) {
+                             if (original.empty()) return;
+                             Bytes b = original;
+                             const auto i = static_cast<std::size_t>(at * static_cast<double>(b.size() - 1));
+                             b[i] = static_cast<char>(b[i] ^ 0x10);
+                             replace(f, b);
+                           }});
+      for (const double keep : {0.0, 0.5})
+        attacks.push_back({"truncated to " + std::to_string(keep), [keep, original, replace](const fs::path& f) {
+                             replace(f, Bytes(original.begin(), original.begin() + static_cast<std::ptrdiff_t>(keep * static_cast<double>(original.size()))));
+                           }});
+      const bool native_manifest = fmt.name == "native" && rel == "manifest";
+      auto hostile = [&, native_manifest, replace](const Bytes& b) {
+        return [b, native_manifest, replace](const fs::path& f) {
+          if (native_manifest) set_manifest(f.parent_path(), b);  // with a matching commit: the parser sees it
+          else replace(f, b);
+        };
+      };
+      if (kind == Kind::json) {
+        const std::string deep = deep_json_array(100000), utf8 = "{\"zarr_format\": 2, \"\xff\xfe\": \"\xc3\x28\", \"dtype\": \"\xe2\x82\"}";
+        attacks.push_back({"deep JSON", hostile(Bytes(deep.begin(), deep.end()))});
+        attacks.push_back({"invalid UTF-8 JSON", hostile(Bytes(utf8.begin(), utf8.end()))});
+      } else if (kind == Kind::msgpack) {
+        Bytes deep(100000, '\x91');
+        deep.push_back('\xc0');
+        attacks.push_back({"deep msgpack", hostile(deep)});
+        // the original with every string made invalid UTF-8 where it is 4+ bytes of ASCII letters
+        Bytes bad = original;
+        for (std::size_t i = 0; i + 4 < bad.size(); ++i)
+          if (std::isalpha(static_cast<unsigned char>(bad[i])) && std::isalpha(static_cast<unsigned char>(bad[i + 1])) &&
+              std::isalpha(static_cast<unsigned char>(bad[i + 2])) && std::isalpha(static_cast<unsigned char>(bad[i + 3])))
+            bad[i + 1] = '\xff';
+        attacks.push_back({"invalid UTF-8 msgpack", hostile(bad)});
+      }
+
+      for (const auto& [what, attack] : attacks) {
+        CAPTURE(rel.string());
+        CAPTURE(what);
+        const fs::path root = t / ("case-" + std::to_string(cases++));
+        fs::create_directories(root);
+        const fs::path c = root / (fmt.single_file ? "ckpt.msgpack" : "1");
+        if (fmt.single_file) fs::copy_file(orig, c);
+        else fs::copy(orig, c, fs::copy_options::recursive);
+        attack(fmt.single_file ? c : c / rel);
+        const bool may_differ = fmt.name != "native" && what.rfind("bit flip", 0) == 0;
+        const int rc = run_in_child([&] { return library_entry_points(c, fmt.name == "native", root, may_differ); }, 0, 30);
+        CHECK(rc == 0);
+        // what the ckpt tool makes of it: exit 0 (verify: 1 naming broken leaves) or 2 with a message naming it
+        if (cli) {
+          for (const std::string cmd : {"verify", "tree --json"}) {
+            const CliRun r = run_cli(cmd + " " + c.string());
+            INFO(cmd << ": exit " << r.rc << ": " << r.err);
+            CHECK(r.rc >= 0);
+            CHECK(r.rc <= 2);
+            if (r.rc == 2) CHECK(r.err.find(c.string()) != std::string::npos);
+            if (r.rc == 0 && cmd == "tree --json") CHECK(nlohmann::json::accept(r.out));
+            if (cmd == "verify") (r.rc == 0 ? untouched : errors)++;
+          }
+        }
+        fs::remove_all(root);
+      }
+    }
+
+    // The other commands, once per format, on a checkpoint with a link out and a FIFO
+    if (cli && !fmt.single_file) {
+      const fs::path root = t / ("cli-" + fmt.name), c = root / "1";
+      fs::create_directories(root);
+      fs::copy(orig, c, fs::copy_options::recursive);
+      const fs::path f = c / files.back();
+      fs::remove(f);
+      fs::create_symlink(add_outside(Bytes(64, 'L')), f);
+      for (const std::string& cmd : std::vector<std::string>{"show " + c.string() + " a", "diff " + orig.string() + " " + c.string(),
+                                    "convert " + c.string() + " " + (root / "conv").string() + " --to native",
+                                    "ls " + root.string(), "ls --json " + root.string()}) {
+        const CliRun r = run_cli(cmd);
+        INFO(cmd << ": exit " << r.rc << ": " << r.err);
+        CHECK(r.rc >= 0);
+        CHECK(r.rc <= 2);
+      }
+    }
+
+    // Hard links to outside files are the checkpoint's own files: read as they are, and
+    // deleting or replacing the checkpoint (a forced save, a pruning manager, gc) unlinks
+    // them without touching what they share bytes with.
+    if (!fmt.single_file) {
+      const fs::path root = t / ("hard-" + fmt.name), c = root / "1";
+      fs::create_directories(root);
+      fs::copy(orig, c, fs::copy_options::recursive);
+      for (const auto& rel : files) {
+        const fs::path o = add_outside(test::read_bytes(c / rel));
+        fs::remove(c / rel);
+        fs::create_hard_link(o, c / rel);
+      }
+      CHECK(same_h(ckpt::restore<H>(c), h));
+      if (fmt.name == "native") {
+        ckpt::CheckpointManager<H> mgr(root, {.max_to_keep = 1});
+        CHECK(mgr.all_steps() == std::vector<std::int64_t>{1});
+        mgr.save(2, h);  // prunes step 1
+        CHECK(mgr.all_steps() == std::vector<std::int64_t>{2});
+      } else {
+        ckpt::save(c, h, {.force = true});  // replaces it (as native)
+      }
+      (void)ckpt::gc(root);
+      fs::remove_all(root);
+    }
+  }
+  // Nothing outside any checkpoint changed.
+  for (const auto& o : outside) {
+    CAPTURE(o.path);
+    CHECK(fs::is_regular_file(o.path));
+    CHECK(test::read_bytes(o.path) == o.bytes);
+    CHECK(fs::last_write_time(o.path) == o.mtime);
+  }
+  MESSAGE(cases << " hostile checkpoints: `ckpt verify` refused " << errors << " and passed " << untouched
+                << " (a file it does not need, or a flipped bit in a format without checksums)");
 }

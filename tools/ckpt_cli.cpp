@@ -7,7 +7,9 @@
 //   ckpt verify PATH             reads everything, checks checksums (exit 1: broken leaves)
 //   ckpt diff A B [--json]       added, removed and changed leaves
 //   ckpt convert SRC DST --to native|flax|t5x|orbax|zarr
-// Bad input: a message on stderr and exit code 2.
+//   ckpt gc DIR [--dry-run]      deletes what killed saves left in DIR (stale .tmp-* directories)
+// Bad input: a message on stderr and exit code 2. Names and strings from a checkpoint
+// are printed made printable (no terminal control characters, invalid UTF-8 replaced).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +30,13 @@ namespace {
 struct BadInput : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// JSON output: strings from a checkpoint need not be UTF-8; those bytes become U+FFFD.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// A name or string from a checkpoint for the terminal: control characters and invalid
+// UTF-8 as \xNN, long ones cut.
+std::string printable(std::string_view s, std::size_t max = 200) { return ckpt::detail::safe_text(s, max); }
 
 // Element i of a numeric leaf as (re, im); im is 0 for real dtypes.
 std::pair<double, double> element(const std::vector<std::byte>& b, ckpt::dtype d, std::size_t i) {
@@ -107,7 +116,8 @@ int cmd_ls(const fs::path& root, bool as_json) {
   std::vector<Row> rows;
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.empty() || name[0] == '.') continue;
+    std::error_code e2;
+    if (name.empty() || name[0] == '.' || it->is_symlink(e2)) continue;  // a step is a directory of ROOT, as the manager sees it
     const std::string f = ckpt::detect_format(it->path());
     if (f.empty()) continue;
     Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), f, "", disk_size(it->path()), json::object()};
@@ -119,10 +129,16 @@ int cmd_ls(const fs::path& root, bool as_json) {
     std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
     r.time = buf;
     const fs::path md = it->path() / "_CHECKPOINT_METADATA";
-    if (fs::is_regular_file(md, ec) && fs::file_size(md, ec) < (1u << 20)) {
-      std::ifstream in(md);
-      const json j = json::parse(in, nullptr, false);
-      if (j.is_object() && j.contains("metrics") && j["metrics"].is_object()) r.metrics = j["metrics"];
+    if (fs::is_regular_file(fs::symlink_status(md, ec))) {
+      try {  // bounded: size, nesting (an unreadable file shows no metrics)
+        const auto bytes = ckpt::io::read_file(md, 1u << 20);
+        const json j = ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, md.string(),
+                                                "", "_CHECKPOINT_METADATA");
+        if (j.is_object() && j.contains("metrics") && j["metrics"].is_object())
+          for (const auto& [k, v] : j["metrics"].items())
+            if (v.is_number()) r.metrics[k] = v;
+      } catch (const ckpt::Error&) {
+      }
     }
     rows.push_back(std::move(r));
   }
@@ -134,13 +150,13 @@ int cmd_ls(const fs::path& root, bool as_json) {
     for (const auto& r : rows)
       out.push_back({{"name", r.name}, {"step", r.step >= 0 ? json(r.step) : json(nullptr)}, {"format", r.format},
                      {"time", r.time}, {"bytes", r.size}, {"metrics", r.metrics}});
-    std::cout << json{{"steps", out}}.dump() << "\n";
+    std::cout << dump(json{{"steps", out}}) << "\n";
     return 0;
   }
   for (const auto& r : rows) {
     std::string m;
-    for (const auto& [k, v] : r.metrics.items()) m += (m.empty() ? "" : "  ") + k + "=" + v.dump();
-    std::printf("%-20s %-7s %s %10s  %s\n", r.name.c_str(), r.format.c_str(), r.time.c_str(),
+    for (const auto& [k, v] : r.metrics.items()) m += (m.empty() ? "" : "  ") + printable(k) + "=" + dump(v);
+    std::printf("%-20s %-7s %s %10s  %s\n", printable(r.name).c_str(), r.format.c_str(), r.time.c_str(),
                 human_bytes(r.size).c_str(), m.c_str());
   }
   return 0;
@@ -153,12 +169,12 @@ int cmd_tree(const fs::path& p, bool as_json) {
     for (const auto& e : index->entries())
       leaves.push_back({{"path", e.path.str()}, {"dtype", std::string(ckpt::dtype_name(e.type))}, {"shape", e.shape},
                         {"bytes", e.length}});
-    std::cout << json{{"format", index->info().format}, {"leaves", leaves}}.dump() << "\n";
+    std::cout << dump(json{{"format", index->info().format}, {"leaves", leaves}}) << "\n";
     return 0;
   }
   std::uint64_t total = 0;
   for (const auto& e : index->entries()) {
-    std::printf("%-50s %-10s %-16s %12llu\n", e.path.str().c_str(), std::string(ckpt::dtype_name(e.type)).c_str(),
+    std::printf("%-50s %-10s %-16s %12llu\n", printable(e.path.str()).c_str(), std::string(ckpt::dtype_name(e.type)).c_str(),
                 ckpt::shape_str(e.shape).c_str(), static_cast<unsigned long long>(e.length));
     total += e.length;
   }
@@ -170,7 +186,7 @@ int cmd_tree(const fs::path& p, bool as_json) {
 int cmd_show(const fs::path& p, const std::string& leaf, bool as_json, std::size_t first) {
   const auto index = open(p);
   const ckpt::IndexEntry* e = index->find(ckpt::Path::parse(leaf));
-  if (!e) throw BadInput(p.string() + ": no leaf " + leaf);
+  if (!e) throw BadInput(p.string() + ": no leaf " + printable(leaf));
   std::vector<std::byte> b(static_cast<std::size_t>(e->length));
   index->read(*e, b);
   if (as_json) {
@@ -178,15 +194,15 @@ int cmd_show(const fs::path& p, const std::string& leaf, bool as_json, std::size
     if (e->type == ckpt::dtype::string) values.push_back(std::string(reinterpret_cast<const char*>(b.data()), b.size()));
     else if (ckpt::is_numeric(e->type))
       for (std::size_t i = 0; i < b.size() / ckpt::dtype_size(e->type); ++i) values.push_back(element_json(b, e->type, i));
-    std::cout << json{{"path", e->path.str()}, {"dtype", std::string(ckpt::dtype_name(e->type))}, {"shape", e->shape},
-                      {"values", values}}.dump()
+    std::cout << dump(json{{"path", e->path.str()}, {"dtype", std::string(ckpt::dtype_name(e->type))}, {"shape", e->shape},
+                           {"values", values}})
               << "\n";
     return 0;
   }
-  std::printf("%s: %s %s, %llu bytes\n", e->path.str().c_str(), std::string(ckpt::dtype_name(e->type)).c_str(),
+  std::printf("%s: %s %s, %llu bytes\n", printable(e->path.str()).c_str(), std::string(ckpt::dtype_name(e->type)).c_str(),
               ckpt::shape_str(e->shape).c_str(), static_cast<unsigned long long>(e->length));
   if (e->type == ckpt::dtype::string) {
-    std::printf("%s\n", json(std::string(reinterpret_cast<const char*>(b.data()), b.size())).dump().c_str());
+    std::printf("%s\n", dump(json(std::string(reinterpret_cast<const char*>(b.data()), b.size()))).c_str());
     return 0;
   }
   if (!ckpt::is_numeric(e->type)) return 0;
@@ -227,7 +243,7 @@ int cmd_verify(const fs::path& p) {
       index->read(e, b, true);
       total += e.length;
     } catch (const ckpt::Error& err) {
-      broken.push_back(e.path.str());
+      broken.push_back(printable(e.path.str()));
       std::fprintf(stderr, "%s\n", err.what());
     }
   }
@@ -277,15 +293,15 @@ int cmd_diff(const fs::path& a, const fs::path& b, bool as_json) {
     changed.push_back(c);
   }
   if (as_json) {
-    std::cout << json{{"added", added}, {"removed", removed}, {"changed", changed}, {"unchanged", same}}.dump() << "\n";
+    std::cout << dump(json{{"added", added}, {"removed", removed}, {"changed", changed}, {"unchanged", same}}) << "\n";
   } else {
-    for (const auto& x : added) std::printf("+ %s\n", x.get<std::string>().c_str());
-    for (const auto& x : removed) std::printf("- %s\n", x.get<std::string>().c_str());
+    for (const auto& x : added) std::printf("+ %s\n", printable(x.get<std::string>()).c_str());
+    for (const auto& x : removed) std::printf("- %s\n", printable(x.get<std::string>()).c_str());
     for (const auto& x : changed) {
       std::string what = x.contains("a") ? x["a"].get<std::string>() + " -> " + x["b"].get<std::string>()
                          : x.contains("max_abs_diff") ? "max |a-b| = " + (x["max_abs_diff"].is_null() ? std::string("inf/nan") : fmt(x["max_abs_diff"].get<double>()))
                                                       : "differs";
-      std::printf("~ %s  %s\n", x["path"].get<std::string>().c_str(), what.c_str());
+      std::printf("~ %s  %s\n", printable(x["path"].get<std::string>()).c_str(), what.c_str());
     }
     std::printf("%zu added, %zu removed, %zu changed, %zu unchanged\n", added.size(), removed.size(), changed.size(), same);
   }
@@ -307,6 +323,18 @@ int cmd_convert(const fs::path& src, const fs::path& dst, const std::string& to,
   ckpt::save_snapshot(*ckpt::find_format(to), dst, snap, o);  // CLI11 checked it is a registered, writable one
   std::printf("%s (%s) -> %s (%s): %zu leaves\n", src.c_str(), index->info().format.c_str(), dst.c_str(), to.c_str(),
               snap.leaves.size());
+  return 0;
+}
+
+int cmd_gc(const fs::path& dir, bool dry_run) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw BadInput(dir.string() + ": not a directory");
+  const ckpt::io::StaleStaging r = ckpt::gc(dir, dry_run);
+  for (const auto& p : r.removed) std::printf("%s %s\n", dry_run ? "would remove" : "removed", printable(p.string()).c_str());
+  for (const auto& p : r.live) std::printf("in use     %s (a save is writing it)\n", printable(p.string()).c_str());
+  for (const auto& p : r.kept) std::printf("kept       %s (an old checkpoint moved aside, or not lockable here)\n", printable(p.string()).c_str());
+  std::printf("%s: %zu stale staging directories %s, %s\n", dir.c_str(), r.removed.size(),
+              dry_run ? "found" : "removed", human_bytes(r.bytes).c_str());
   return 0;
 }
 
@@ -352,6 +380,10 @@ int main(int argc, char** argv) {
   convert->add_option("DST", b, "where to write")->required();
   convert->add_option("--to", to, join(writable))->required()->check(CLI::IsMember(writable));
   convert->add_flag("--force", force, "overwrite DST");
+  bool dry_run = false;
+  auto* gc = app.add_subcommand("gc", "delete what killed saves left in DIR: .tmp-* directories no save is writing");
+  gc->add_option("DIR", a, "a directory checkpoints are saved in")->required();
+  gc->add_flag("--dry-run", dry_run, "only list them");
 
   try {
     app.parse(argc, argv);
@@ -368,8 +400,9 @@ int main(int argc, char** argv) {
     if (*verify) return cmd_verify(a);
     if (*diff) return cmd_diff(a, b, as_json);
     if (*convert) return cmd_convert(a, b, to, force);
+    if (*gc) return cmd_gc(a, dry_run);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ckpt: %s\n", e.what());
+    std::fprintf(stderr, "ckpt: %s\n", printable(e.what(), 4000).c_str());
     return 2;
   }
   return 2;

@@ -24,6 +24,8 @@ apt_packages=(
   libblosc-dev liblz4-dev libbz2-dev
   # used by interop tests through /usr/bin/python3
   python3-zarr python3-numpy python3-msgpack python3-numcodecs python3-zstandard
+  # the durability test records a save's system calls (tests/durability/)
+  strace
 )
 # unpacked into $prefix, never installed (see above)
 local_debs=(libboost1.81-dev libmsgpack-cxx-dev)

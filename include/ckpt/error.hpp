@@ -2,7 +2,8 @@
 //
 // Every message names the checkpoint directory and, when one is involved, the
 // tree path: "<checkpoint>: <path>: <what went wrong>". Callers that want the
-// parts separately read checkpoint() and path().
+// parts separately read checkpoint(), path() and message(). A NUL byte in any part
+// (a map key holds anything) is written as \0, so that what() is never cut short.
 #pragma once
 
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/detail/quote.hpp>
 
 namespace ckpt {
 
@@ -21,17 +23,24 @@ class Error : public std::runtime_error {
   Error(std::string checkpoint, std::string path, const std::string& what)
       : std::runtime_error(compose(checkpoint, path, what)),
         checkpoint_(std::move(checkpoint)),
-        path_(std::move(path)) {}
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+        path_(std::move(path)),
+        message_(what) {}
+  explicit Error(const std::string& what) : std::runtime_error(no_nul(what)), message_(what) {}
 
   // The checkpoint directory the error is about ("" when none is).
   const std::string& checkpoint() const noexcept { return checkpoint_; }
   // The tree path the error is about ("" when it concerns the whole checkpoint).
   const std::string& path() const noexcept { return path_; }
+  // What went wrong, without the checkpoint and path in front.
+  const std::string& message() const noexcept { return message_; }
 
  private:
   static std::string compose(const std::string& checkpoint, const std::string& path, const std::string& what);
-  std::string checkpoint_, path_;
+  static std::string no_nul(std::string s) {
+    for (std::size_t at = s.find('\0'); at != std::string::npos; at = s.find('\0', at + 2)) s.replace(at, 1, "\\0");
+    return s;
+  }
+  std::string checkpoint_, path_, message_;
 };
 
 // Leaves the target needs and the checkpoint lacks; lists every one of them.
@@ -106,22 +115,10 @@ class ReadOnlyError : public Error {
   using Error::Error;
 };
 
-// A string read from a checkpoint, quoted for an error message: bytes outside printable
-// ASCII become \xNN, since a NUL would cut what() short and others garble terminals.
-inline std::string quote_for_message(std::string_view s) {
-  std::string q = "\"";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      q += buf;
-    } else {
-      q.push_back(c);
-    }
-  }
-  return q + "\"";
-}
+// A string read from a checkpoint, quoted for an error message: printable ASCII and valid
+// UTF-8 kept, control characters (NUL among them) and invalid bytes as \xNN, cut after
+// a bounded prefix (detail/quote.hpp).
+inline std::string quote_for_message(std::string_view s) { return detail::quote(s); }
 
 #if CKPT_DEFINE_API
 CKPT_API std::string Error::compose(const std::string& checkpoint, const std::string& path, const std::string& what) {
@@ -129,7 +126,7 @@ CKPT_API std::string Error::compose(const std::string& checkpoint, const std::st
   std::string m;
   for (const std::string* part : {&checkpoint, &path})
     if (!part->empty()) m += *part + ": ";
-  return m + what;
+  return no_nul(m + what);
 }
 CKPT_API std::string MissingLeafError::join(const std::vector<std::string>& v) {
   std::string s;

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <span>
 #include <string>
 #include <vector>
@@ -135,7 +137,15 @@ CKPT_API void Index::read(const IndexEntry& e, std::span<std::byte> dst, bool ve
   if (dst.size() != e.length)
     throw Error(checkpoint_, e.path.str(),
                 "target holds " + std::to_string(dst.size()) + " bytes, checkpoint " + std::to_string(e.length));
-  reader_->read(*this, e, dst, verify);
+  try {
+    reader_->read(*this, e, dst, verify);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Error(checkpoint_, e.path.str(), "out of memory reading the leaf");
+  } catch (const std::exception& x) {  // one a reader did not foresee: still an Error naming the leaf
+    throw CorruptCheckpointError(checkpoint_, e.path.str(), std::string("cannot read the leaf: ") + x.what());
+  }
 }
 #endif
 

@@ -7,10 +7,10 @@
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/format.hpp>
 #include <ckpt/format/native.hpp>
+#include <ckpt/io/staging_dir.hpp>  // StaleStaging (gc)
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
 #if CKPT_DEFINE_API
-#include <ckpt/io/staging_dir.hpp>
 #include <ckpt/snapshot_edit.hpp>
 #endif
 
@@ -30,7 +30,8 @@ CKPT_API void apply_save_options(Snapshot& snap, const SaveOptions& opts);
 
 // Writes an already-taken snapshot; what the async executor calls from its thread.
 // before_commit(staging_dir) may add files (a manager's metrics, items) that then
-// appear atomically with the checkpoint.
+// appear atomically with the checkpoint. Every failure is a ckpt::Error naming dir
+// (a file in the staging directory is named by its name in the checkpoint).
 template <format_policy Format = native, class BeforeCommit>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                    BeforeCommit&& before_commit) {
@@ -54,6 +55,15 @@ inline void save_snapshot(const FormatEntry& format, const std::filesystem::path
   else throw Error(dir.string(), "", "ckpt cannot write the " + std::string(format.name) + " format");
 }
 
+// What killed saves left in dir: the .tmp-* staging directories whose writer is gone
+// (no process holds their lock), deleted unless dry_run. A save deletes those of its
+// own target by itself, a CheckpointManager those of its root when it starts; this is
+// for the rest (`ckpt gc DIR`). Directories a replace moved an old checkpoint into
+// ("-old-") are listed as kept, never deleted: one may be the only copy left.
+inline io::StaleStaging gc(const std::filesystem::path& dir, bool dry_run = false) {
+  return io::remove_stale_staging(dir, {}, dry_run);
+}
+
 // Saves value to dir, atomically: dir appears whole or not at all.
 template <format_policy Format = native, class T>
 void save(const std::filesystem::path& dir, const T& value, const SaveOptions& opts = {}) {
@@ -70,8 +80,10 @@ CKPT_API void detail::save_staged(const std::filesystem::path& dir, const Snapsh
   if (!opts.force && std::filesystem::exists(dir, ec))
     throw Error(dir.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
   io::StagingDir staging(dir);
-  write(snap, staging.path(), opts);
-  if (before_commit) before_commit(staging.path());
+  io::naming_target(staging.final_path(), staging.path(), [&] {
+    write(snap, staging.path(), opts);
+    if (before_commit) before_commit(staging.path());
+  });
   staging.commit(opts.force);
 }
 

@@ -39,7 +39,7 @@ inline bool looks_like_msgpack_map(const fs::path& file) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec)) return false;
   try {
-    io::File f = io::File::open_read(file);
+    io::File f = io::File::open_read(file, true);  // detection only; open() refuses links where they do not belong
     if (f.size(file) == 0) return false;
     std::byte b[1];
     io::pread_exact(f, b, 0, file);
@@ -51,12 +51,15 @@ inline bool looks_like_msgpack_map(const fs::path& file) {
 }
 
 // Adds the tree of a msgpack file to b (under prefix). With t5x_unwrap, a top-level
-// {"version": n, "optimizer": tree} reads as tree, and info records the version.
+// {"version": n, "optimizer": tree} reads as tree, and info records the version. A
+// file inside a checkpoint directory is never a symbolic link; the file the caller
+// names (a Flax checkpoint file) may be one (follow_symlink).
 inline void read_msgpack_into(interop::IndexBuilder& b, const fs::path& file, const Path& prefix, IndexInfo* info,
-                              interop::SpecialLeaf special = {}, bool t5x_unwrap = false) {
+                              interop::SpecialLeaf special = {}, bool t5x_unwrap = false, bool follow_symlink = false) {
   auto keep = std::make_shared<interop::MsgpackKeep>();
   b.keep(keep);
-  const msgpack::object* root = &interop::load_msgpack_file(file, *keep, b.checkpoint(), file.filename().string());
+  const msgpack::object* root =
+      &interop::load_msgpack_file(file, *keep, b.checkpoint(), file.filename().string(), std::uint64_t{1} << 40, follow_symlink);
   if (t5x_unwrap && root->type == msgpack::type::MAP) {
     const detail::mp::Reader r(b.checkpoint(), file.filename().string());
     if (const auto* v = r.find(*root, "version"); v && v->type == msgpack::type::POSITIVE_INTEGER) {
@@ -73,11 +76,11 @@ inline void read_msgpack_into(interop::IndexBuilder& b, const fs::path& file, co
 
 inline std::shared_ptr<const Index> open_msgpack(const fs::path& file, const std::string& checkpoint,
                                                  const std::string& format, interop::SpecialLeaf special = {},
-                                                 bool t5x_unwrap = false) {
+                                                 bool t5x_unwrap = false, bool follow_symlink = false) {
   IndexInfo info;
   info.format = format;
   interop::IndexBuilder b(checkpoint);
-  read_msgpack_into(b, file, Path(), &info, std::move(special), t5x_unwrap);
+  read_msgpack_into(b, file, Path(), &info, std::move(special), t5x_unwrap, follow_symlink);
   return b.build(std::move(info));
 }
 }  // namespace detail::flax
@@ -110,7 +113,7 @@ struct flax_msgpack {
   static std::shared_ptr<const Index> open(const std::filesystem::path& p) {
     std::error_code ec;
     if (std::filesystem::is_directory(p, ec)) return detail::flax::open_msgpack(p / "checkpoint", p.string(), "flax");
-    return detail::flax::open_msgpack(p, p.string(), "flax");
+    return detail::flax::open_msgpack(p, p.string(), "flax", {}, false, true);  // the caller's own path
   }
 };
 inline const bool flax_msgpack_registered = register_format<flax_msgpack>(40);

@@ -240,8 +240,8 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
     throw CorruptCheckpointError(ckpt, prefix.str(), "item directory " + item.string() + " has no _METADATA");
   }
   const json meta = zarr::read_json_file(item / tree_metadata, ckpt, prefix.str());
-  auto fail = [&](const std::string& path, const std::string& w) {
-    throw CorruptCheckpointError(ckpt, path.empty() ? prefix.str() : path, "_METADATA: " + w);
+  auto fail = [&](const std::string& path, const std::string& w) {  // path: a tree path, or a key of the file
+    throw CorruptCheckpointError(ckpt, path.empty() ? prefix.str() : ckpt::detail::safe_text(path), "_METADATA: " + w);
   };
   if (!meta.is_object() || !meta.contains("tree_metadata") || !meta["tree_metadata"].is_object())
     fail("", "no tree_metadata object");
@@ -293,7 +293,9 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
       }
       if (!zarr::safe_name(name)) fail(where, "leaf name " + quote_for_message(name) + " leaves the item directory");
       const fs::path adir = item / name;
-      if (!zarr::is_file(adir / ".zarray")) throw CorruptCheckpointError(ckpt, where, "array " + name + "/.zarray is missing");
+      if (!zarr::is_dir(adir) || !zarr::is_file(adir / ".zarray"))  // is_dir: not a link to a directory elsewhere
+        throw CorruptCheckpointError(ckpt, where, "array " + quote_for_message(name + "/.zarray") +
+                                                      " is missing (or a symbolic link)");
       b.add_zarr(p, adir, name, zarr::open_array(adir, ckpt, where));
     } else if (type == "string") {
       if (!strings) strings = zarr::read_json_file(item / strings_file, ckpt, where);
@@ -376,7 +378,8 @@ struct basic_orbax {
         keys.push_back({{"key", seg}, {"key_type", od::is_index(seg) ? 1 : 2}});
       }
       if (l.path.empty()) throw Error(ckpt, "", "a single-leaf value cannot be an Orbax tree; wrap it in a struct");
-      if (!names.insert(name).second) throw Error(ckpt, l.path.str(), "two leaves map to the same Orbax name " + name);
+      if (!names.insert(name).second)
+        throw Error(ckpt, l.path.str(), "two leaves map to the same Orbax name " + quote_for_message(name));
       std::string type;
       zarr::json value_meta;
       if (l.data.type == dtype::string) {

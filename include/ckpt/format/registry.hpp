@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,16 +96,33 @@ inline std::string registered_format_names() {
   return s;
 }
 
+namespace detail {
+// A format's open(), every failure a ckpt::Error naming path: one a reader did not
+// foresee (a std::exception from a library it uses) is turned into one here.
+inline std::shared_ptr<const Index> open_with(const FormatEntry& e, const std::filesystem::path& path) {
+  try {
+    return e.open(path);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Error(path.string(), "", std::string("out of memory reading the ") + std::string(e.name) + " checkpoint");
+  } catch (const std::exception& x) {
+    throw CorruptCheckpointError(path.string(), "",
+                                 std::string("cannot read the ") + std::string(e.name) + " checkpoint: " + x.what());
+  }
+}
+}  // namespace detail
+
 // Opens whatever registered format path holds. With no match, a directory is opened as
 // native (its error says what is missing).
 CKPT_API std::shared_ptr<const Index> open_index(const std::filesystem::path& path);
 #if CKPT_DEFINE_API
 CKPT_API std::shared_ptr<const Index> open_index(const std::filesystem::path& path) {
-  if (const FormatEntry* e = detect_format_entry(path)) return e->open(path);
+  if (const FormatEntry* e = detect_format_entry(path)) return detail::open_with(*e, path);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw Error(path.string(), "", "no checkpoint here (nothing exists at this path)");
   if (const FormatEntry* native = find_format("native"); native && std::filesystem::is_directory(path, ec))
-    return native->open(path);
+    return detail::open_with(*native, path);
   std::string hint;
   if (!find_format("orbax")) hint = "; a program that includes <ckpt/formats.hpp> also reads Orbax, t5x, zarr and Flax";
   throw Error(path.string(), "", "not a checkpoint in any format ckpt reads (" + registered_format_names() + hint + ")");

@@ -39,6 +39,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ckpt/detail/untrusted.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/writer.hpp>  // write_piece, start_writeback
@@ -90,13 +91,9 @@ inline std::string tensor_name(const Path& p, const std::string& checkpoint) {
   return s;
 }
 
-// A tensor name as messages show it: untrusted, so cut short.
-inline std::string shown(const std::string& name) {
-  if (name.size() <= 200) return name;
-  std::string s(name, 0, 200);
-  s.append("...");
-  return s;
-}
+// A tensor name as messages show it (as a tree path): untrusted, so made printable and
+// cut short (detail/quote.hpp).
+inline std::string shown(const std::string& name) { return ckpt::detail::safe_text(name, 200); }
 
 inline Path path_of(std::string_view name) {
   std::vector<std::string> segs;
@@ -284,12 +281,9 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
                  " bytes)");
   const auto text = all.subspan(8, static_cast<std::size_t>(n));
   if (n == 0 || text[0] != std::byte{'{'}) fail("", "header is not a JSON object");
-  json h;
-  try {
-    h = json::parse(reinterpret_cast<const char*>(text.data()), reinterpret_cast<const char*>(text.data()) + text.size());
-  } catch (const json::exception& e) {
-    fail("", "header is not valid JSON (" + shown(e.what()) + ")");
-  }
+  // nesting bounded, parse errors quoted safely (detail/untrusted.hpp)
+  const json h = ckpt::detail::parse_json({reinterpret_cast<const char*>(text.data()), text.size()}, checkpoint, "",
+                                          where + ": header");
   if (!h.is_object()) fail("", "header is not a JSON object");
   const std::uint64_t data_start = 8 + n;
   const std::uint64_t data_size = all.size() - data_start;
@@ -300,18 +294,18 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
       if (!v.is_object()) fail("", "__metadata__ is not an object of strings");
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string())
-          fail("", "__metadata__ value of " + quote_for_message(shown(m.key())) + " is not a string");
+          fail("", "__metadata__ value of " + quote_for_message(m.key()) + " is not a string");
         out.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
     const std::string name_in_message = detail::safetensors::shown(name);
     auto fail_t = [&](const std::string& what) { fail(name_in_message, what); };
-    if (!v.is_object()) fail_t("tensor " + quote_for_message(name_in_message) + " is not an object");
+    if (!v.is_object()) fail_t("tensor " + quote_for_message(name) + " is not an object");
     const auto dt = v.find("dtype");
     const auto sh = v.find("shape");
     const auto off = v.find("data_offsets");
-    if (dt == v.end() || !dt->is_string()) fail_t("tensor " + quote_for_message(name_in_message) + " has no dtype string");
+    if (dt == v.end() || !dt->is_string()) fail_t("tensor " + quote_for_message(name) + " has no dtype string");
     const std::string& dts = dt->get_ref<const std::string&>();
     const auto type = dtype_of(dts);
     if (!type) fail_t("unknown dtype " + quote_for_message(dts.substr(0, 40)));
@@ -365,7 +359,7 @@ inline void add_file(interop::IndexBuilder& b, const ParsedFile& f, const std::s
       const auto it = weight_map->find(t.name);
       if (it == weight_map->end() || it->second != *expected_file)
         throw CorruptCheckpointError(b.checkpoint(), shown(t.name),
-                                     *expected_file + " holds tensor " + quote_for_message(shown(t.name)) +
+                                     *expected_file + " holds tensor " + quote_for_message(t.name) +
                                          ", which the weight_map of " + index_file + " puts elsewhere or nowhere");
     }
     const auto bytes = all.subspan(static_cast<std::size_t>(t.begin), static_cast<std::size_t>(t.end - t.begin));
@@ -389,12 +383,8 @@ inline bool plain_file_name(const std::string& s) {
 inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, const std::string& checkpoint) {
   const fs::path dir = index_path.parent_path().empty() ? fs::path(".") : index_path.parent_path();
   const auto raw = io::read_file(index_path, max_index_json_bytes);
-  json j;
-  try {
-    j = json::parse(reinterpret_cast<const char*>(raw.data()), reinterpret_cast<const char*>(raw.data()) + raw.size());
-  } catch (const json::exception& e) {
-    throw CorruptCheckpointError(checkpoint, "", index_path.filename().string() + " is not valid JSON (" + shown(e.what()) + ")");
-  }
+  const json j = ckpt::detail::parse_json({reinterpret_cast<const char*>(raw.data()), raw.size()}, checkpoint, "",
+                                          index_path.filename().string());
   const auto wm = j.is_object() ? j.find("weight_map") : j.end();
   if (wm == j.end() || !wm->is_object())
     throw CorruptCheckpointError(checkpoint, "", index_path.filename().string() + " has no weight_map object");
@@ -426,7 +416,7 @@ inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, con
   for (const auto& [name, file] : weight_map)
     if (!found.count(name))
       throw CorruptCheckpointError(checkpoint, shown(name),
-                                   "the weight_map puts tensor " + quote_for_message(shown(name)) + " in " + quote_for_message(shown(file)) +
+                                   "the weight_map puts tensor " + quote_for_message(name) + " in " + quote_for_message(file) +
                                        ", which does not hold it");
   IndexInfo info = info_from(metadata);
   info.format = "safetensors-sharded";

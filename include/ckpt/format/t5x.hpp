@@ -84,7 +84,9 @@ inline void add_array(interop::IndexBuilder& b, const fs::path& dir, const fs::p
                       const json* spec) {
   const fs::path adir = dir / rel;
   auto fail = [&](const std::string& w) { throw CorruptCheckpointError(b.checkpoint(), p.str(), w); };
-  if (!zarr::is_dir(adir)) fail("array directory " + rel.string() + " is missing");
+  // every directory on the way a real one: a link would reach outside the checkpoint
+  if (io::has_symlink_below(dir, rel) || !zarr::is_dir(adir))
+    fail("array directory " + quote_for_message(rel.string()) + " is missing (or a symbolic link)");
   zarr::ArrayMeta m;
   if (zarr::is_file(adir / ".zarray")) {
     m = zarr::parse_zarray(zarr::read_json_file(adir / ".zarray", b.checkpoint(), p.str()), fail);
@@ -94,7 +96,7 @@ inline void add_array(interop::IndexBuilder& b, const fs::path& dir, const fs::p
     if (!z.contains("dtype")) {
       if (!spec->contains("dtype") || !(*spec)["dtype"].is_string()) fail("TensorStore spec has no dtype");
       const auto d = zarr::dtype_from_numpy_name((*spec)["dtype"].get<std::string>());
-      if (!d) fail("TensorStore dtype " + (*spec)["dtype"].dump() + " is not supported");
+      if (!d) fail("TensorStore dtype " + zarr::describe((*spec)["dtype"]) + " is not supported");
       z["dtype"] = zarr::typestr(*d);
     }
     if (!z.contains("chunks") && z.contains("shape")) z["chunks"] = z["shape"];
@@ -102,7 +104,7 @@ inline void add_array(interop::IndexBuilder& b, const fs::path& dir, const fs::p
     m = zarr::parse_zarray(z, fail);
     // a 0-sized chunk dimension cannot be read; a shape of 0 gives chunks of 1
   } else {
-    fail("array " + rel.string() + " has no .zarray");
+    fail("array " + quote_for_message(rel.string()) + " has no .zarray");
   }
   if (const auto bad = zarr::check_plausible(adir, m); !bad.empty()) fail(bad);
   b.add_zarr(p, adir, rel.string(), std::move(m));
@@ -127,12 +129,14 @@ inline interop::SpecialLeaf special(const fs::path& dir) {
       throw CorruptCheckpointError(b.checkpoint(), p.str(), std::string("TensorStore spec: ") + e.what());
     }
     if (spec["driver"] != "zarr")
-      throw CorruptCheckpointError(b.checkpoint(), p.str(), "TensorStore driver " + spec["driver"].dump() + " is not supported");
+      throw CorruptCheckpointError(b.checkpoint(), p.str(),
+                                   "TensorStore driver " + zarr::describe(spec["driver"]) + " is not supported");
     std::string path;
     if (spec.contains("kvstore") && spec["kvstore"].is_object()) {
       const json& kv = spec["kvstore"];
       if (kv.contains("driver") && kv["driver"] != "file" && kv["driver"] != "gfile")
-        throw CorruptCheckpointError(b.checkpoint(), p.str(), "kvstore driver " + kv["driver"].dump() + " is not supported");
+        throw CorruptCheckpointError(b.checkpoint(), p.str(),
+                                     "kvstore driver " + zarr::describe(kv["driver"]) + " is not supported");
       if (kv.contains("path") && kv["path"].is_string()) path = kv["path"].get<std::string>();
     } else if (spec.contains("path") && spec["path"].is_string()) {
       path = spec["path"].get<std::string>();
@@ -158,7 +162,8 @@ struct basic_t5x {
       if (!zarr::safe_name(name) || name[0] == '.')
         throw Error(ckpt, l.path.str(), "path cannot name a t5x array directory");
       if (!names.insert(name).second)
-        throw Error(ckpt, l.path.str(), "two leaves map to the same t5x array directory " + name);
+        throw Error(ckpt, l.path.str(),
+                    "two leaves map to the same t5x array directory " + quote_for_message(name));
       const zarr::ArrayMeta m = zarr::meta_for(l.data.type, l.data.shape, C, Level);
       zarr::write_array(dir / name, m, l.data.view);
       const zarr::json spec = {

@@ -44,14 +44,25 @@ class File {
   ~File() { close(); }
 
   // Opens a regular file only. A FIFO or device put where a checkpoint file belongs
-  // would block the open (or the reads) forever: O_NONBLOCK keeps the open from
-  // waiting, and anything but a regular file is refused (O_NONBLOCK has no effect on
-  // reads of regular files, so it is left on).
-  static File open_read(const fs::path& p) {
-    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) throw_errno("cannot open for reading", p);
-    File f(fd);
+  // would block the open (or the reads) forever, or do something on open: anything but
+  // a regular file is refused before it is opened (and again after, in case it was
+  // swapped meanwhile), and O_NONBLOCK keeps the open from waiting (it has no effect on
+  // reads of regular files, so it is left on). A symbolic link is refused too, unless
+  // follow_symlink: a checkpoint's files are its own, and a link could make a
+  // checkpoint of files elsewhere. Only the last component is checked: the callers
+  // check the directories inside a checkpoint (the checkpoint's own path is the
+  // caller's to choose).
+  static File open_read(const fs::path& p, bool follow_symlink = false) {
     struct stat st {};
+    if ((follow_symlink ? ::stat(p.c_str(), &st) : ::lstat(p.c_str(), &st)) != 0) throw_errno("cannot open for reading", p);
+    if (S_ISLNK(st.st_mode)) throw Error(p.string(), "", "is a symbolic link, not a file of the checkpoint");
+    if (!S_ISREG(st.st_mode)) throw Error(p.string(), "", "not a regular file");
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (follow_symlink ? 0 : O_NOFOLLOW));
+    if (fd < 0) {
+      if (errno == ELOOP && !follow_symlink) throw Error(p.string(), "", "is a symbolic link, not a file of the checkpoint");
+      throw_errno("cannot open for reading", p);
+    }
+    File f(fd);
     if (::fstat(fd, &st) != 0) throw_errno("cannot stat", p);
     if (!S_ISREG(st.st_mode)) throw Error(p.string(), "", "not a regular file");
     return f;
@@ -132,9 +143,10 @@ inline void pread_exact(const File& f, std::span<std::byte> dst, std::uint64_t o
   }
 }
 
-// Reads a whole small file, refusing one larger than max_bytes.
-inline std::vector<std::byte> read_file(const fs::path& p, std::uint64_t max_bytes) {
-  File f = File::open_read(p);
+// Reads a whole small file, refusing one larger than max_bytes (and, unless
+// follow_symlink, a symbolic link: see File::open_read).
+inline std::vector<std::byte> read_file(const fs::path& p, std::uint64_t max_bytes, bool follow_symlink = false) {
+  File f = File::open_read(p, follow_symlink);
   const std::uint64_t size = f.size(p);
   if (size > max_bytes)
     throw CorruptCheckpointError(p.string(), "", "file is " + std::to_string(size) + " bytes, more than the " +
@@ -151,5 +163,18 @@ inline void write_file_synced(const fs::path& p, std::span<const std::byte> byte
 }
 
 inline void sync_dir(const fs::path& dir) { File::open_dir(dir).sync(dir); }
+
+// Whether any component of `rel` below `base` is a symbolic link (or missing): what
+// the callers reading a directory inside a checkpoint check first, since opening with
+// O_NOFOLLOW checks only the last component. `base` itself is not checked.
+inline bool has_symlink_below(const fs::path& base, const fs::path& rel) {
+  fs::path p = base;
+  for (const auto& part : rel) {
+    p /= part;
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || S_ISLNK(st.st_mode)) return true;
+  }
+  return false;
+}
 
 }  // namespace ckpt::io

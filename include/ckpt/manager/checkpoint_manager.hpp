@@ -35,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ckpt/detail/untrusted.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/exec/async_save.hpp>
 #include <ckpt/exec/executor.hpp>
@@ -265,13 +266,14 @@ class CheckpointManager {
   // A JSON item saved with the step.
   nlohmann::json item_json(std::int64_t step, std::string_view name) {
     const auto file = item_dir(step, name, Item::kind::json);
-    const auto bytes = io::read_file(file, std::uint64_t{1} << 30);
+    std::vector<std::byte> bytes;
     try {
-      return nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
-                                   reinterpret_cast<const char*>(bytes.data()) + bytes.size());
-    } catch (const std::exception& e) {
-      throw CorruptCheckpointError(file.string(), "", std::string("item is not valid JSON: ") + e.what());
+      bytes = io::read_file(file, std::uint64_t{1} << 30);
+    } catch (const Error& e) {
+      throw CorruptCheckpointError(file.string(), "", std::string("item cannot be read: ") + e.what());
     }
+    return ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, file.string(), "",
+                                    "item");
   }
 
   // Deletes a step (moved to todelete_subdir when set), even the latest.
@@ -354,7 +356,11 @@ class CheckpointManager {
     }
     const auto it = steps_.find(*step);
     if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(*step) + detail::manager::steps_list(steps_));
-    return root_ / it->second.name;
+    const auto dir = root_ / it->second.name;
+    std::error_code ec;
+    if (std::filesystem::is_symlink(dir, ec))  // replaced by a link since it was listed
+      throw Error(dir.string(), "", "the step directory is a symbolic link, not a step of this root");
+    return dir;
   }
 
   std::filesystem::path item_dir(std::int64_t step, std::string_view name, Item::kind kind) {
@@ -369,6 +375,10 @@ class CheckpointManager {
       throw Error(dir.string(), "", "item \"" + std::string(name) + "\" is a " + it->second + " item, not a " + want +
                                         " item");
     const auto base = dir / detail::manager::items_dir;
+    const auto rel = kind == Item::kind::tree ? std::filesystem::path(detail::manager::items_dir) / std::string(name)
+                                              : std::filesystem::path(detail::manager::items_dir);
+    if (io::has_symlink_below(dir, rel))  // items/ and a tree item's directory belong to the step
+      throw CorruptCheckpointError(dir.string(), "", "item \"" + std::string(name) + "\" is missing or a symbolic link");
     return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
   }
 
@@ -431,7 +441,12 @@ class CheckpointManager {
       const auto dir = root_ / holders[i].second;
       const auto file = dir / detail::manager::step_metadata_file;
       const auto bytes = io::read_file(file, detail::manager::max_step_metadata_bytes);
-      auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+      nlohmann::json j;
+      try {  // bounded: the file is untrusted (detail/untrusted.hpp)
+        j = ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dir.string(), "",
+                                     detail::manager::step_metadata_file);
+      } catch (const Error&) {  // unreadable: nothing to drop from it
+      }
       if (j.is_object() && j.contains("items") && j["items"].is_object() && j["items"].contains(options_.dataset_item)) {
         j["items"].erase(options_.dataset_item);
         const std::string text = j.dump(1);

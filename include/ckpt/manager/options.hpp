@@ -44,8 +44,9 @@ struct ManagerOptions {
   int step_format_fixed_length = 0;
   // Create the root directory if it does not exist.
   bool create = true;
-  // At start, remove .tmp-* directories and step directories without a commit marker
-  // (what interrupted saves leave).
+  // At start, remove the .tmp-* directories of saves that are gone (no process holds
+  // their lock) and step directories without a commit marker (what interrupted saves
+  // leave).
   bool cleanup_tmp_directories = true;
   // Never write: no lock, no cleanup, save() returns false, delete_step() throws.
   bool read_only = false;

@@ -54,16 +54,19 @@ inline StepInfo load_step_info(const std::filesystem::path& dir, std::string nam
   return info;
 }
 
-// Removes what interrupted saves and deletes leave: .tmp-* directories and step
-// directories without a commit marker.
+// Removes what interrupted saves and deletes leave: .tmp-* directories no live writer
+// holds (a plain ckpt::save into the root may be running) and step directories
+// without a commit marker. Symbolic links are left alone.
 inline void cleanup_root(const std::filesystem::path& root, const StepNaming& naming, CommitCheck is_committed) {
+  io::remove_stale_staging(root);
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    if (!e.is_directory(ec)) continue;
+    std::error_code e2;
+    if (e.is_symlink(e2) || !e.is_directory(e2)) continue;
     const bool tmp = name.starts_with(io::staging_prefix);
     const bool torn = !tmp && naming.parse(name) && !is_committed(e.path());
-    if (tmp || torn) {
+    if (torn) {
       std::error_code rm;
       std::filesystem::remove_all(e.path(), rm);
       if (rm) throw Error(e.path().string(), "", "cannot remove a leftover directory: " + rm.message());
@@ -81,7 +84,9 @@ inline std::map<std::int64_t, StepInfo> scan_root(const std::filesystem::path& r
     for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
       const std::string name = e.path().filename().string();
       const auto step = naming.parse(name);
-      if (!step || !e.is_directory(ec) || !is_committed(e.path())) continue;
+      // A step is a directory of the root: a symbolic link to one elsewhere is not listed.
+      std::error_code e2;
+      if (!step || e.is_symlink(e2) || !e.is_directory(e2) || !is_committed(e.path())) continue;
       // Two spellings of one step (another fixed length): the canonical one wins.
       if (found.contains(*step) && name != naming.name(*step)) continue;
       found[*step] = load_step_info(e.path(), name);

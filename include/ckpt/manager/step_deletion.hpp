@@ -1,6 +1,8 @@
 // ckpt/manager/step_deletion.hpp — deleting a step directory (delete_step, pruning).
 #pragma once
 
+#include <sys/file.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -29,6 +31,9 @@ inline void remove_step_dir(const std::filesystem::path& root, const std::string
     return;
   }
   const auto doomed = root / (std::string(io::staging_prefix) + name + "-deleting-" + io::random_suffix());
+  // Locked before it gets its .tmp- name, so that `ckpt gc` leaves the deletion to us.
+  const io::File hold = ckpt::io::detail::open_dir_for_lock(dir);
+  if (hold) (void)::flock(hold.fd(), LOCK_EX | LOCK_NB);
   if (::rename(dir.c_str(), doomed.c_str()) != 0) {
     if (errno == ENOENT) return;  // already gone
     io::throw_errno("cannot delete step", dir);

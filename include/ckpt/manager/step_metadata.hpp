@@ -14,10 +14,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include <ckpt/detail/untrusted.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/retain/record.hpp>
@@ -69,7 +72,12 @@ inline void write_step_metadata(const std::filesystem::path& dir, const StepMeta
   std::error_code ec;
   if (std::filesystem::exists(file, ec)) {
     const auto bytes = io::read_file(file, max_step_metadata_bytes);
-    nlohmann::json merged = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+    nlohmann::json merged;
+    try {
+      merged = detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dir.string(), "",
+                                  step_metadata_file);
+    } catch (const Error&) {  // not the format's JSON after all: the manager's replaces it
+    }
     if (merged.is_object()) {
       merged.update(nlohmann::json::parse(text));
       text = merged.dump(1);
@@ -79,19 +87,44 @@ inline void write_step_metadata(const std::filesystem::path& dir, const StepMeta
   io::write_file_synced(file, std::as_bytes(std::span(text)));
 }
 
+// A 64-bit integer field of untrusted JSON: an integer in range, or a float holding one
+// (converting anything else would be undefined behaviour); `fallback` when absent.
+inline std::int64_t int64_field(const nlohmann::json& j, const char* key, std::optional<std::int64_t> fallback) {
+  const auto it = j.find(key);
+  if (it == j.end()) {
+    if (!fallback) throw std::runtime_error(std::string("no \"") + key + "\"");
+    return *fallback;
+  }
+  if (it->is_number_unsigned() && it->get<std::uint64_t>() <= static_cast<std::uint64_t>(INT64_MAX))
+    return static_cast<std::int64_t>(it->get<std::uint64_t>());
+  if (it->is_number_integer() && !it->is_number_unsigned()) return it->get<std::int64_t>();
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    if (d >= -9.2e18 && d <= 9.2e18) return static_cast<std::int64_t>(d);  // false for NaN
+  }
+  throw std::runtime_error(std::string("\"") + key + "\" is not a 64-bit integer");
+}
+
 // Reads <dir>/_CHECKPOINT_METADATA; any problem is a CorruptCheckpointError naming dir.
+// The JSON is parsed with its nesting bounded (detail::parse_json): custom_metadata is
+// copied and handed to the user, who may dump() it.
 inline StepMetadata read_step_metadata(const std::filesystem::path& dir) {
-  const auto bytes = io::read_file(dir / step_metadata_file, max_step_metadata_bytes);
+  std::vector<std::byte> bytes;
+  try {
+    bytes = io::read_file(dir / step_metadata_file, max_step_metadata_bytes);
+  } catch (const Error& e) {
+    throw CorruptCheckpointError(dir.string(), "", std::string(step_metadata_file) + " cannot be read: " + e.what());
+  }
+  const auto j = detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dir.string(), "",
+                                    step_metadata_file);
   StepMetadata m;
   try {
-    const auto j = nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
-                                         reinterpret_cast<const char*>(bytes.data()) + bytes.size());
     if (!j.is_object()) throw std::runtime_error("not a JSON object");
     // Orbax's own file has no "step" (the directory name says it)
-    m.step = j.contains("step") ? j.at("step").get<std::int64_t>() : -1;
+    m.step = int64_field(j, "step", -1);
     m.format = j.value("format", std::string());
-    m.init_timestamp_nsecs = j.value("init_timestamp_nsecs", std::int64_t{0});
-    m.commit_timestamp_nsecs = j.value("commit_timestamp_nsecs", std::int64_t{0});
+    m.init_timestamp_nsecs = int64_field(j, "init_timestamp_nsecs", 0);
+    m.commit_timestamp_nsecs = int64_field(j, "commit_timestamp_nsecs", 0);
     if (const auto it = j.find("metrics"); it != j.end() && !it->is_null())
       for (const auto& [k, v] : it->items())
         if (v.is_number()) m.metrics[k] = v.get<double>();
@@ -99,8 +132,8 @@ inline StepMetadata read_step_metadata(const std::filesystem::path& dir) {
     if (const auto it = j.find("items"); it != j.end() && !it->is_null())
       m.items = it->get<std::map<std::string, std::string>>();
   } catch (const std::exception& e) {
-    throw CorruptCheckpointError(dir.string(), "",
-                                 std::string(step_metadata_file) + " is not valid step metadata: " + e.what());
+    throw CorruptCheckpointError(dir.string(), "", std::string(step_metadata_file) + " is not valid step metadata: " +
+                                                       detail::safe_text(e.what(), 200));
   }
   return m;
 }

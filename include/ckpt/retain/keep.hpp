@@ -126,7 +126,10 @@ inline std::set<std::int64_t> time_interval(const std::vector<StepRecord>& recor
   std::set<std::int64_t> out;
   std::optional<std::chrono::system_clock::time_point> last;
   for (const auto& r : detail::retain::by_step(records)) {
-    if (!last || r.time - *last >= interval) {
+    // in double seconds: times come from step metadata files, and subtracting extreme
+    // int64 nanosecond counts would overflow
+    const auto secs = [](std::chrono::system_clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()); };
+    if (!last || secs(r.time) - secs(*last) >= interval) {
       out.insert(r.step);
       last = r.time;
     }

@@ -355,9 +355,10 @@ inline void write_tree(PieceWriter& w, const SnapNode& n, const std::string& che
 // Reads a whole msgpack file (bounded by its size on disk) and parses it.
 inline const msgpack::object& load_msgpack_file(const fs::path& file, MsgpackKeep& keep, const std::string& checkpoint,
                                                 const std::string& context,
-                                                std::uint64_t max_bytes = std::uint64_t{1} << 40) {
+                                                std::uint64_t max_bytes = std::uint64_t{1} << 40,
+                                                bool follow_symlink = false) {
   try {
-    keep.file = std::make_shared<std::vector<std::byte>>(io::read_file(file, max_bytes));
+    keep.file = std::make_shared<std::vector<std::byte>>(io::read_file(file, max_bytes, follow_symlink));
   } catch (const Error& e) {
     throw CorruptCheckpointError(checkpoint, "", context + " cannot be read: " + e.what());
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <ckpt/detail/msgpack.hpp>
+#include <ckpt/detail/untrusted.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/version.hpp>

@@ -40,8 +40,12 @@ inline std::string chunk_key(const std::vector<std::int64_t>& idx, char sep) {
 
 namespace ckpt::detail::zarr_array {
 // Opens a chunk without following a final symlink (a chunk must be a file of the
-// checkpoint); returns -1 when absent.
+// checkpoint), nor opening anything but a regular file (a device can act on open);
+// returns -1 when absent.
 inline int open_chunk(const std::filesystem::path& p, std::uint64_t& size) {
+  struct stat pre {};
+  if (::lstat(p.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode))
+    throw Error(p.string(), "", S_ISLNK(pre.st_mode) ? "chunk is a symbolic link" : "chunk is not a regular file");
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) return -1;
@@ -76,14 +80,22 @@ inline std::string check_plausible(const fs::path& dir, const ArrayMeta& m) {
     if (n != 0 && chunks > max_chunks / n) return "its grid has more than " + std::to_string(max_chunks) + " chunks";
     chunks *= n;
   }
+  // A chunk is decompressed whole, however little of it lies inside the array (edge
+  // chunks are stored full size): chunks far larger than the array itself are refused,
+  // or a 1 MiB chunk file could make a 10-element array allocate 64 GiB.
+  const std::uint64_t array_bytes = m.bytes();
+  const std::uint64_t chunk_limit = std::max(free_bytes, array_bytes > (std::uint64_t{1} << 60) ? array_bytes : 4 * array_bytes);
+  if (m.chunk_bytes() > chunk_limit)
+    return "chunks of " + shape_str(m.chunks) + " (" + std::to_string(m.chunk_bytes()) +
+           " bytes) are far larger than the array's " + std::to_string(array_bytes) + " bytes";
   std::uint64_t stored = 0;
   std::error_code ec;
   std::size_t files = 0;
   for (fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec), end; !ec && it != end; it.increment(ec)) {
     if (++files > max_chunks + 16) return "its directory holds too many files";
     if (it.depth() > max_rank) { it.disable_recursion_pending(); continue; }
-    std::error_code e2;
-    if (it->is_regular_file(e2)) stored += it->file_size(e2);
+    std::error_code e2;  // what links point at is not the array's: not counted
+    if (fs::is_regular_file(it->symlink_status(e2))) stored += it->file_size(e2);
   }
   const std::uint64_t allowed = free_bytes + (stored > (std::uint64_t{1} << 40) ? (std::uint64_t{1} << 62) : stored * max_expansion);
   if (m.bytes() > allowed)
@@ -122,6 +134,18 @@ inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::b
     std::uint64_t size = 0;
     int fd = -1;
     try {
+      // "0/1": open_chunk refuses a link as the chunk itself, the directories on the
+      // way are checked here (a missing one: the chunk reads as fill_value)
+      if (m.separator == '/' && rank > 1) {
+        fs::path p = dir;
+        for (const auto& part : fs::path(key).parent_path()) {
+          p /= part;
+          std::error_code e2;
+          const auto st = fs::symlink_status(p, e2);
+          if (fs::is_symlink(st)) throw Error(file.string(), "", "a directory on the way is a symbolic link");
+          if (!fs::exists(st)) break;
+        }
+      }
       fd = detail::zarr_array::open_chunk(file, size);
     } catch (const Error& e) {
       fail(std::string("chunk ") + key + ": " + e.what());

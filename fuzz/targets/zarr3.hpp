@@ -1,0 +1,37 @@
+// fuzz/targets/zarr3.hpp — the zarr v3 reader: the input is an array's zarr.json, then a
+// NUL byte, then the bytes of its chunk, written under the keys of chunk 0 in both
+// chunk key encodings ("c/0/0" and "0", "0.0", "0.0.0"). The array lies in a group.
+#pragma once
+
+#include <cstring>
+
+#include "../fuzz_common.hpp"
+
+namespace fuzz::targets::zarr3 {
+
+inline const fs::path& dir() {
+  static const fs::path d = [] {
+    const auto p = fuzz::scratch() / "zarr3";
+    fs::create_directories(p / "arr" / "c" / "0");
+    fuzz::write_file(p / "zarr.json", R"({"zarr_format": 3, "node_type": "group", "attributes": {}})");
+    return p;
+  }();
+  return d;
+}
+
+inline int run(const std::uint8_t* data, std::size_t size) {
+  const auto& d = dir();
+  const char* p = reinterpret_cast<const char*>(data);
+  const char* nul = static_cast<const char*>(std::memchr(p, 0, size));
+  const std::size_t json = nul ? static_cast<std::size_t>(nul - p) : size;
+  const std::size_t chunk = nul ? size - json - 1 : 0;
+  fuzz::write_file(d / "arr" / "zarr.json", p, json);
+  for (const char* key : {"c/0/0", "0", "0.0", "0.0.0"})
+    fuzz::write_file(d / "arr" / key, p + json + (nul ? 1 : 0), chunk);
+  fuzz::open_and_read<ckpt::zarr_v3>(d);
+  return 0;
+}
+
+inline const Register registered{"zarr3", &run};
+
+}  // namespace fuzz::targets::zarr3
