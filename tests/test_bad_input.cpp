@@ -1061,7 +1061,7 @@ TEST_CASE("regression: deeply nested JSON in .zarray (dtype, order, fill_value) 
     CAPTURE(key);
     const fs::path z = t / ("z-" + key), o = t / ("o-" + key), x = t / ("t-" + key);
     ckpt::save<ckpt::zarr_v2>(z, Arr{{1, 2, 3}});
-    ckpt::save<ckpt::orbax>(o, Arr{{1, 2, 3}});
+    ckpt::save<ckpt::orbax_without_ocdbt>(o, Arr{{1, 2, 3}});  // its arrays are files: .zarray
     ckpt::save<ckpt::t5x>(x, Arr{{1, 2, 3}});
     set_json_key(z / "a/.zarray", key, deep);
     set_json_key(o / "default/a/.zarray", key, deep);
@@ -1466,7 +1466,8 @@ TEST_CASE("hostile input: links out, hard links, FIFOs, devices, bit flips, trun
       {"native", [&](const fs::path& p) { ckpt::save(p, h); }, false},
       {"flax", [&](const fs::path& p) { ckpt::save<ckpt::flax_msgpack>(p, h); }, true},
       {"t5x", [&](const fs::path& p) { ckpt::save<ckpt::t5x>(p, h); }, false},
-      {"orbax", [&](const fs::path& p) { ckpt::save<ckpt::orbax>(p, h); }, false},
+      {"orbax", [&](const fs::path& p) { ckpt::save<ckpt::orbax>(p, h); }, false},  // OCDBT
+      {"orbax-dirs", [&](const fs::path& p) { ckpt::save<ckpt::orbax_without_ocdbt>(p, h); }, false},
       {"zarr", [&](const fs::path& p) { ckpt::save<ckpt::zarr_v2>(p, h); }, false},
   };
   std::vector<Outside> outside;
