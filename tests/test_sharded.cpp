@@ -334,6 +334,62 @@ TEST_CASE("mpi np2: a rank failing mid-save leaves no checkpoint, every rank hea
   CHECK_FALSE(fs::exists(dir / "3"));
 }
 
+TEST_CASE("mpi np2: the manager across ranks: same steps everywhere, retention by rank 0, async saves") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  {
+    ckpt::mpi::CheckpointManager<ShardedState, ckpt::async_save> mgr(world, dir / "run", {.max_to_keep = 2});
+    for (std::int64_t step = 0; step < 5; ++step) {
+      ShardedState s = rows_of(64, 16, world.rank(), 2);
+      s.step = step;
+      CHECK(mgr.save(step, s, {{"loss", 1.0 / static_cast<double>(step + 1)}}));
+    }
+    mgr.wait_until_finished();
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{3, 4});
+    if (world.rank() == 0) {
+      CHECK(fs::exists(dir / "run/4"));
+      CHECK_FALSE(fs::exists(dir / "run/2"));
+    }
+    const auto back = mgr.restore();
+    CHECK(back.step == 4);
+    CHECK(back.w.local == rows_of(64, 16, world.rank(), 2).w.local);
+    CHECK(mgr.metrics(3).at("loss") == doctest::Approx(0.25));
+  }
+  // A new manager (a restarted job) sees the same steps on every rank.
+  ckpt::mpi::CheckpointManager<ShardedState> again(world, dir / "run", {.max_to_keep = 2});
+  CHECK(again.latest_step() == 4);
+  ShardedState s = cols_target(64, 16, world.rank(), 2);
+  again.restore_into(3, s);
+  CHECK(s.step == 3);
+  const auto [c0, nc] = split(16, 2, static_cast<std::size_t>(world.rank()));
+  CHECK(s.w.local == box(64, 16, 0, 64, c0, nc).local);
+}
+
+TEST_CASE("mpi np2: a SIGTERM on one rank makes every rank save at the same step") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  struct sigaction dfl {}, old {};  // not doctest's crash handler: the default, which ckpt does not pass on
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGTERM, &dfl, &old);
+  std::optional<ckpt::mpi::CheckpointManager<ShardedState>> m;
+  m.emplace(world, dir / "run", ckpt::ManagerOptions{.save_interval_steps = 100, .save_on_preemption = true});
+  auto& mgr = *m;
+  std::vector<std::int64_t> saved;
+  for (std::int64_t step = 0; step < 4 && saved.size() < 2; ++step) {
+    if (step == 2 && world.rank() == 1) std::raise(SIGTERM);  // the notice reaches one rank only
+    ShardedState s = rows_of(8, 4, world.rank(), 2);
+    s.step = step;
+    if (mgr.should_save(step)) {
+      mgr.save(step, s);
+      saved.push_back(step);
+    }
+  }
+  CHECK(saved == std::vector<std::int64_t>{0, 2});
+  CHECK(mgr.all_steps() == std::vector<std::int64_t>{0, 2});
+  m.reset();
+  ::sigaction(SIGTERM, &old, nullptr);
+}
+
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);

@@ -7,6 +7,7 @@
 //   ckpt::mpi::save(comm, "/shared/run/7", state);   // every rank, collectively
 //   ckpt::mpi::restore_into(comm, "/shared/run/7", state);   // any layout
 //   auto s = ckpt::mpi::restore<State>(comm, "/shared/run/7"); // the saved layout
+//   ckpt::mpi::CheckpointManager<State, ckpt::async_save> mgr(comm, "/shared/run", {...});
 //
 // The model (docs/distributed.md): ckpt::Sharded<A> leaves are boxes of global arrays
 // (leaf/sharded.hpp); other leaves are equal on every rank and written once; the
@@ -17,3 +18,4 @@
 #include <ckpt/mpi/comm.hpp>
 #include <ckpt/mpi/save.hpp>
 #include <ckpt/mpi/restore.hpp>
+#include <ckpt/mpi/manager.hpp>
