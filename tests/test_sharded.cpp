@@ -133,6 +133,57 @@ TEST_CASE("a box larger than one checksum piece: partial reads verify the pieces
   ckpt::restore_into(tmp / "c", part, {.verify_checksums = false});
 }
 
+TEST_CASE("hostile boxes in a manifest are refused when the checkpoint is opened") {
+  TempDir tmp;
+  ShardedState s;
+  s.w = box(64, 32, 0, 64, 0, 32);  // 8 KiB: in a data file
+  ckpt::save(tmp / "c", s);
+  // Re-encodes the manifest after f edits the boxes of leaf "w", with a matching commit marker.
+  auto edit = [&](auto&& f) {
+    fs::copy(tmp / "c", tmp / "e", fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    const auto index = ckpt::open_index(tmp / "e");
+    std::vector<ckpt::IndexEntry> entries = index->entries();
+    for (auto& e : entries)
+      if (e.path.str() == "w") f(e);
+    const auto m = ckpt::native_format::encode_manifest(index->info(), entries);
+    test::write_bytes(tmp / "e" / "manifest", m);
+    const std::string commit =
+        ckpt::native_format::encode_commit({m.size(), ckpt::io::xxh3(std::as_bytes(std::span(m)))});
+    test::write_bytes(tmp / "e" / "commit", std::vector<char>(commit.begin(), commit.end()));
+  };
+  edit([](ckpt::IndexEntry& e) { e.boxes[0].origin = {1, 0}; });
+  CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError, "w: manifest: box at [1,0] of shape [64,32]");
+  edit([](ckpt::IndexEntry& e) { e.boxes[0].bytes.length -= 4; });
+  CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError, "w: manifest: box of shape [64,32] records");
+  edit([](ckpt::IndexEntry& e) { e.boxes[0].bytes.file = "data-7"; });
+  CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError, "data file data-7 is missing");
+  edit([](ckpt::IndexEntry& e) { e.boxes[0].bytes.offset = 4096; });
+  CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError, "lie outside data-0");
+  edit([](ckpt::IndexEntry& e) {  // half the array
+    e.boxes[0].bytes.shape = {32, 32};
+    e.boxes[0].bytes.length /= 2;
+  });
+  CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "e"), ckpt::CorruptCheckpointError, "w: checksum mismatch");
+  CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "e", {.verify_checksums = false}), ckpt::CorruptCheckpointError,
+                    "w: part of the box at [0,0] of shape [64,32] is in none of the saved boxes");
+  edit([](ckpt::IndexEntry& e) { e.boxes.push_back(e.boxes[0]); });  // the same box twice
+  CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "e"), ckpt::CorruptCheckpointError, "w: saved boxes overlap");
+}
+
+TEST_CASE("a restore transform in front of a Sharded target: boxes read through the tree") {
+  TempDir tmp;
+  ShardedState s;
+  s.w = box(12, 6, 0, 12, 0, 6);
+  ckpt::save(tmp / "c", s);
+  ShardedState part;
+  part.w = {{12, 6}, {3, 2}, xt::zeros<float>({4, 3})};
+  ckpt::RestoreOptions opts;
+  opts.transform = [](ckpt::Tree& t) { t.rename("step", "step"); };
+  opts.verify_checksums = false;
+  ckpt::restore_into(tmp / "c", part, opts);
+  CHECK(part.w.local == box(12, 6, 3, 4, 2, 3).local);
+}
+
 TEST_CASE("checkpoints without boxes keep manifest format version 1") {
   TempDir tmp;
   PlainState p;

@@ -38,7 +38,7 @@ struct IndexEntry {
   std::span<const std::byte> inline_bytes;  // into memory the Index keeps alive
   // A leaf stored as boxes of its global array (Sharded leaves, leaves written by several
   // processes): shape and length are the whole array's, the bytes are the boxes'.
-  std::vector<IndexBox> boxes{};
+  std::vector<IndexBox> boxes;  // (no initializer: IndexBox is incomplete here)
 };
 
 // One stored box of a leaf: its origin in the global array, its bytes (an entry whose
@@ -195,9 +195,9 @@ inline std::uint64_t read_from_box(const Index& index, const IndexReader& reader
     reader.read(index, be, dst.subspan(runs[0].dst, runs[0].len), verify);
     return n;
   }
-  if (verify && (whole || be.length <= box_piece || !reader.reads_ranges())) {
+  if (!reader.reads_ranges() || (verify && (whole || be.length <= box_piece))) {
     std::vector<std::byte> all(be.length);  // what is verified is what was read: the whole box
-    reader.read(index, be, all, true);
+    reader.read(index, be, all, verify);
     for (const Run& r : runs) std::memcpy(dst.data() + r.dst, all.data() + r.src, r.len);
     return n;
   }
