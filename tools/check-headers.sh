@@ -24,6 +24,13 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 headers=$(cd "$root/include" && find ckpt -name '*.hpp' | LC_ALL=C sort)
+# Headers that need an optional dependency get its flags, or are skipped without it:
+# ckpt/mpi.hpp and ckpt/mpi/ need <mpi.h> (Open MPI's pkg-config name mpi-cxx).
+export CKPT_MPI_CFLAGS
+if CKPT_MPI_CFLAGS=$(pkg-config --cflags mpi-cxx 2>/dev/null); then :; else
+  echo "skipped (no MPI): $(grep -c '^ckpt/mpi' <<<"$headers") ckpt/mpi headers"
+  headers=$(grep -v '^ckpt/mpi' <<<"$headers")
+fi
 total=$(wc -l <<<"$headers")
 # Each header in its own process, $jobs at a time; a failing one leaves its log.
 # The compiler and flags travel as arguments (xargs cannot pass an array).
@@ -32,6 +39,7 @@ xargs -P "$jobs" -I{} bash -c '
   log="$out/${h//\//_}.log"
   # src.hpp is the unit of a separate-compilation build and says so when misused
   extra=(); [[ $h == ckpt/src.hpp ]] && extra=(-DCKPT_SEPARATE_COMPILATION)
+  [[ $h == ckpt/mpi* ]] && read -ra extra <<<"$CKPT_MPI_CFLAGS"
   echo "#include <$h>" | "$@" "${extra[@]}" -x c++ -fsyntax-only - >"$log" 2>&1 || { echo "$h" >>"$out/failed"; }
 ' _ "$out" {} "$cxx" "${flags[@]}" <<<"$headers"
 failed=0

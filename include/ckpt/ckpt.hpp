@@ -29,6 +29,7 @@
 #include <ckpt/leaf/xtensor.hpp>
 #include <ckpt/leaf/random_engine.hpp>
 #include <ckpt/leaf/lazy.hpp>
+#include <ckpt/leaf/sharded.hpp>
 
 #include <ckpt/tree/path.hpp>
 #include <ckpt/tree/reflect.hpp>

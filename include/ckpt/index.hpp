@@ -18,8 +18,15 @@
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/tree/path.hpp>
 #include <ckpt/tree/schema.hpp>
+#if CKPT_DEFINE_API
+#include <algorithm>
+#include <cstring>
+#include <ckpt/io/checksum.hpp>
+#endif
 
 namespace ckpt {
+
+struct IndexBox;
 
 struct IndexEntry {
   Path path;
@@ -31,7 +38,21 @@ struct IndexEntry {
   std::string codec = "raw";
   std::uint64_t checksum = 0;  // xxh3-64 of the leaf's bytes
   std::span<const std::byte> inline_bytes;  // into memory the Index keeps alive
+  // A leaf stored as boxes of its global array (Sharded leaves, leaves written by several
+  // processes): shape and length are the whole array's, the bytes are the boxes'.
+  std::vector<IndexBox> boxes;  // (no initializer: IndexBox is incomplete here)
 };
+
+// One stored box of a leaf: its origin in the global array, its bytes (an entry whose
+// shape is the box's), the xxh3 of each box_piece bytes of it when it is larger (so
+// that reading part of a box verifies what it reads), the processes that held it.
+struct IndexBox {
+  Shape origin;
+  IndexEntry bytes;
+  std::vector<std::uint64_t> pieces{};
+  std::vector<std::uint32_t> ranks{};
+};
+inline constexpr std::uint64_t box_piece = std::uint64_t{1} << 20;
 
 class Index;
 
@@ -41,6 +62,15 @@ class IndexReader {
   virtual ~IndexReader() = default;
   // Reads the whole leaf into dst (dst.size() == e.length), verifying its checksum when asked.
   virtual void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const = 0;
+  // Whether read_range reads only the range (boxed reads then read only what they need).
+  virtual bool reads_ranges() const { return false; }
+  // Reads bytes [at, at + dst.size()) of a stored leaf or box, unverified.
+  virtual void read_range(const Index& index, const IndexEntry& e, std::uint64_t at, std::span<std::byte> dst) const {
+    std::vector<std::byte> all(e.length);
+    read(index, e, all, false);
+    std::copy(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + dst.size()),
+              dst.begin());
+  }
 };
 
 struct IndexInfo {
@@ -50,6 +80,7 @@ struct IndexInfo {
   std::string type_name;
   Schema schema;
   std::uint64_t fingerprint = 0;
+  std::uint64_t processes = 0;  // how many processes saved it (0: not recorded, one)
 };
 
 class Index {
@@ -86,6 +117,11 @@ class Index {
   std::vector<std::string> children(const Path& p) const;
   // Reads a leaf's bytes into dst (dst.size() == e.length), verifying its checksum when asked.
   void read(const IndexEntry& e, std::span<std::byte> dst, bool verify = true) const;
+  // Reads the box at `origin` of `shape` of a numeric leaf (its dtype, row-major) into
+  // dst, reading only the stored bytes that intersect it (for Sharded targets).
+  void read_box(const IndexEntry& e, const Shape& origin, const Shape& shape, std::span<std::byte> dst,
+                bool verify = true) const;
+  const std::shared_ptr<const IndexReader>& reader() const noexcept { return reader_; }
 
  private:
   static bool starts_with(const std::vector<std::string>& v, const std::vector<std::string>& pre) {
@@ -137,6 +173,7 @@ CKPT_API void Index::read(const IndexEntry& e, std::span<std::byte> dst, bool ve
   if (dst.size() != e.length)
     throw Error(checkpoint_, e.path.str(),
                 "target holds " + std::to_string(dst.size()) + " bytes, checkpoint " + std::to_string(e.length));
+  if (!e.boxes.empty()) return read_box(e, Shape(e.shape.size(), 0), e.shape, dst, verify);
   try {
     reader_->read(*this, e, dst, verify);
   } catch (const Error&) {
@@ -146,6 +183,93 @@ CKPT_API void Index::read(const IndexEntry& e, std::span<std::byte> dst, bool ve
   } catch (const std::exception& x) {  // one a reader did not foresee: still an Error naming the leaf
     throw CorruptCheckpointError(checkpoint_, e.path.str(), std::string("cannot read the leaf: ") + x.what());
   }
+}
+
+namespace detail {
+// Reads the part of one stored box (bytes be at origin bo) that lies in the wanted box
+// (wo, ws) into dst; returns the elements read.
+inline std::uint64_t read_from_box(const Index& index, const IndexReader& reader, const IndexEntry& be,
+                                   const Shape& bo, const std::vector<std::uint64_t>& pieces, const Shape& wo,
+                                   const Shape& ws, std::span<std::byte> dst, bool verify) {
+  struct Run {
+    std::uint64_t src, dst, len;
+  };
+  std::vector<Run> runs;
+  const std::size_t z = dtype_size(be.type);
+  const std::uint64_t n = for_each_run(bo, be.shape, wo, ws, z, [&](std::uint64_t s, std::uint64_t d, std::uint64_t l) {
+    runs.push_back({s, d, l});
+  });
+  if (n == 0) return 0;
+  const bool whole = n == box_elements(be.shape);
+  if (whole && runs.size() == 1) {
+    reader.read(index, be, dst.subspan(runs[0].dst, runs[0].len), verify);
+    return n;
+  }
+  if (!reader.reads_ranges() || (verify && (whole || be.length <= box_piece))) {
+    std::vector<std::byte> all(be.length);  // what is verified is what was read: the whole box
+    reader.read(index, be, all, verify);
+    for (const Run& r : runs) std::memcpy(dst.data() + r.dst, all.data() + r.src, r.len);
+    return n;
+  }
+  if (!verify) {
+    for (const Run& r : runs) reader.read_range(index, be, r.src, dst.subspan(r.dst, r.len));
+    return n;
+  }
+  // Part of a large box: read and verify only the pieces the runs touch.
+  if (pieces.size() != (be.length + box_piece - 1) / box_piece)
+    throw CorruptCheckpointError(index.checkpoint(), be.path.str(), "a stored box lacks its piece checksums");
+  std::vector<std::byte> buf(box_piece);
+  std::uint64_t loaded = ~std::uint64_t{0};
+  for (const Run& r : runs) {
+    for (std::uint64_t pos = r.src, out = r.dst, left = r.len; left > 0;) {
+      const std::uint64_t p = pos / box_piece;
+      if (p != loaded) {
+        const std::uint64_t plen = std::min(box_piece, be.length - p * box_piece);
+        reader.read_range(index, be, p * box_piece, std::span(buf).first(plen));
+        if (io::xxh3(std::span(buf).first(plen)) != pieces[p])
+          throw CorruptCheckpointError(index.checkpoint(), be.path.str(),
+                                       "checksum mismatch: the leaf's bytes were altered or torn");
+        loaded = p;
+      }
+      const std::uint64_t take = std::min(left, (p + 1) * box_piece - pos);
+      std::memcpy(dst.data() + out, buf.data() + (pos - p * box_piece), take);
+      pos += take;
+      out += take;
+      left -= take;
+    }
+  }
+  return n;
+}
+}  // namespace detail
+
+CKPT_API void Index::read_box(const IndexEntry& e, const Shape& origin, const Shape& shape, std::span<std::byte> dst,
+                              bool verify) const {
+  const std::string where = e.path.str();
+  if (!is_numeric(e.type)) throw Error(checkpoint_, where, "only numeric arrays can be read by box");
+  if (origin.size() != e.shape.size() || shape.size() != e.shape.size())
+    throw ShapeMismatchError(checkpoint_, where, "rank " + std::to_string(e.shape.size()) + " in checkpoint, box of rank " +
+                                                     std::to_string(shape.size()) + " in target");
+  for (std::size_t k = 0; k < shape.size(); ++k)
+    if (origin[k] < 0 || shape[k] < 0 || origin[k] + shape[k] > e.shape[k])
+      throw ShapeMismatchError(checkpoint_, where, "box at " + shape_str(origin) + " of shape " + shape_str(shape) +
+                                                       " lies outside the array's shape " + shape_str(e.shape));
+  const std::uint64_t want = detail::box_elements(shape);
+  if (dst.size() != want * dtype_size(e.type))
+    throw Error(checkpoint_, where, "target holds " + std::to_string(dst.size()) + " bytes, the box " +
+                                        std::to_string(want * dtype_size(e.type)));
+  if (want == 0) return;
+  std::uint64_t got = 0;
+  if (e.boxes.empty()) {
+    got = detail::read_from_box(*this, *reader_, e, Shape(e.shape.size(), 0), {}, origin, shape, dst, verify);
+  } else {
+    for (const IndexBox& b : e.boxes)
+      got += detail::read_from_box(*this, *reader_, b.bytes, b.origin, b.pieces, origin, shape, dst, verify);
+  }
+  if (got != want)
+    throw CorruptCheckpointError(checkpoint_, where,
+                                 got < want ? "part of the box at " + shape_str(origin) + " of shape " +
+                                                  shape_str(shape) + " is in none of the saved boxes"
+                                            : "saved boxes overlap");
 }
 #endif
 

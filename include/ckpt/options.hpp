@@ -47,6 +47,8 @@ struct RestoreOptions {
   std::function<void(Tree&)> transform{};
   // restore_tree: read nothing until a leaf is asked for.
   bool lazy = false;
+  // ckpt::mpi restores: rank 0 reads the leaves that are not Sharded and broadcasts them.
+  bool load_and_broadcast = false;
 };
 
 }  // namespace ckpt

@@ -79,6 +79,12 @@ CKPT_API void detail::save_staged(const std::filesystem::path& dir, const Snapsh
   std::error_code ec;
   if (!opts.force && std::filesystem::exists(dir, ec))
     throw Error(dir.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
+  for (const auto& l : snap.leaves) {  // Sharded leaves: checked before anything is written
+    if (!l.box) continue;
+    if (write != &ckpt::native::write)
+      throw Error(dir.string(), l.path.str(), "only the native format stores Sharded leaves (ckpt::mpi::save writes others)");
+    ckpt::native::check_box(dir.string(), l);
+  }
   io::StagingDir staging(dir);
   io::naming_target(staging.final_path(), staging.path(), [&] {
     write(snap, staging.path(), opts);

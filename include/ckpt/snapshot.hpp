@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,8 @@ namespace ckpt {
 struct SnapshotLeaf {
   Path path;
   LeafBytes data;
+  // A Sharded leaf's place in its global array (data is this process's box of it).
+  std::optional<LeafBox> box{};
 };
 
 // One allocation that holds the bytes of a whole snapshot; reused from save to save.
@@ -119,6 +122,7 @@ struct SnapshotBuilder {
   template <class U>
   void leaf(const Path& p, const U& v) {
     out.leaves.push_back({p, leaf_codec<U>::save(v)});
+    if constexpr (requires { leaf_codec<U>::box(v); }) out.leaves.back().box = leaf_codec<U>::box(v);
   }
   void none(const Path& p) { out.leaves.push_back({p, LeafBytes::own(dtype::none, {}, {})}); }
 };

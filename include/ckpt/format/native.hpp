@@ -18,6 +18,8 @@
 
 namespace ckpt {
 
+struct SnapshotLeaf;
+
 struct native {
   static constexpr const char* name = "native";
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o);
@@ -25,6 +27,8 @@ struct native {
   // The commit marker is written last, after every data file and the manifest are durable.
   static bool is_committed(const std::filesystem::path& dir);
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir);
+  // Throws unless a Sharded leaf's box lies inside its global shape (dir names the checkpoint).
+  static void check_box(const std::string& dir, const SnapshotLeaf& leaf);
 };
 
 #if CKPT_DEFINE_API
@@ -37,6 +41,9 @@ CKPT_API bool native::is_committed(const std::filesystem::path& dir) {
   return std::filesystem::is_regular_file(dir / native_format::commit_file, ec);
 }
 CKPT_API std::shared_ptr<const Index> native::open(const std::filesystem::path& dir) { return native_format::open(dir); }
+CKPT_API void native::check_box(const std::string& dir, const SnapshotLeaf& leaf) {
+  detail::native::check_leaf_box(dir, leaf);
+}
 #endif
 
 static_assert(format_policy<native>, CKPT_INTERNAL_CHECK("native must meet format_policy"));

@@ -21,12 +21,14 @@
 
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/error.hpp>
+#include <ckpt/leaf/box.hpp>
 #include <ckpt/leaf/convert.hpp>
 #include <ckpt/leaf/dtype.hpp>
 
 namespace ckpt {
 
 using Shape = std::vector<std::int64_t>;
+struct IndexEntry;
 
 // "[2,3]": shapes as messages show them.
 CKPT_API std::string shape_str(const Shape& s);
@@ -109,6 +111,12 @@ class LeafSource {
   // A copy that stays valid after the restore returns (for lazy leaves); null when the
   // source cannot outlive the call.
   virtual std::shared_ptr<const LeafSource> retain() const { return nullptr; }
+  // Sharded leaves (leaf/sharded.hpp): reads the box at `origin` of `shape` (elements of
+  // the checkpoint's dtype, row-major) into dst. Sources over an Index read only the
+  // stored bytes that intersect it; this default reads the whole leaf and copies.
+  virtual void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst) const;
+  // The Index entry read, when the source has one (its stored boxes, for Sharded leaves).
+  virtual const IndexEntry* index_entry() const { return nullptr; }
 
   std::vector<std::byte> read_all() const;
   [[noreturn]] void fail_dtype(dtype target) const;
@@ -139,6 +147,18 @@ CKPT_API std::vector<std::byte> LeafSource::read_all() const {
   std::vector<std::byte> v(static_cast<std::size_t>(byte_length()));
   read_into(v);
   return v;
+}
+
+CKPT_API void LeafSource::read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst) const {
+  if (!is_numeric(type()) || origin.size() != this->shape().size() || shape.size() != origin.size())
+    throw Error(checkpoint(), path(), "only numeric arrays can be read by box, of the array's rank");
+  const std::vector<std::byte> all = read_all();
+  const std::size_t z = dtype_size(type());
+  const std::uint64_t n = detail::for_each_run(Shape(origin.size(), 0), this->shape(), origin, shape, z,
+                                               [&](std::uint64_t src, std::uint64_t at, std::uint64_t len) {
+                                                 std::memcpy(dst.data() + at, all.data() + src, len);
+                                               });
+  if (n * z != dst.size()) fail_shape(shape, "box outside the array: shape");
 }
 
 CKPT_API void LeafSource::fail_dtype(dtype target) const {

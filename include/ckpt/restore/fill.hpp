@@ -52,6 +52,10 @@ class IndexLeafSource final : public LeafSource {
   bool check_dynamic_shapes() const override { return settings_.check_dynamic_shapes; }
   std::optional<dtype> requested_dtype() const override { return settings_.requested_dtype; }
   bool shape_only() const override { return settings_.shape_only; }
+  void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst) const override {
+    index_->read_box(e_, origin, shape, dst, settings_.verify_checksums);
+  }
+  const IndexEntry* index_entry() const override { return &e_; }
   std::shared_ptr<const LeafSource> retain() const override {
     ReadSettings later = settings_;
     later.queue = nullptr;  // a lazy leaf reads when asked, long after this restore

@@ -24,7 +24,9 @@
 namespace ckpt::native_format {
 
 inline constexpr const char* format_name = "ckpt-native";
-inline constexpr std::uint64_t format_version = 1;
+// 1: every leaf stored whole. 2: some leaves stored as boxes ("boxes"); written only
+// when a checkpoint has them, so that others stay readable by older versions.
+inline constexpr std::uint64_t format_version = 2;
 inline constexpr const char* manifest_file = "manifest";
 inline constexpr const char* commit_file = "commit";
 inline constexpr std::uint64_t alignment = 4096;
@@ -47,9 +49,12 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
     pk.pack_str(static_cast<std::uint32_t>(s.size()));
     pk.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
   };
-  pk.pack_map(7);
+  bool boxed = false;
+  for (const auto& e : entries) boxed = boxed || !e.boxes.empty();
+  pk.pack_map(info.processes > 1 ? 8 : 7);
   str("format"); str(format_name);
-  str("format_version"); pk.pack(format_version);
+  str("format_version"); pk.pack(boxed ? format_version : std::uint64_t{1});
+  if (info.processes > 1) { str("processes"); pk.pack(info.processes); }
   str("library_version"); str(library_version);
   str("type"); str(info.type_name);
   str("fingerprint"); pk.pack(info.fingerprint);
@@ -70,17 +75,49 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
     str("shape");
     pk.pack_array(static_cast<std::uint32_t>(e.shape.size()));
     for (auto d : e.shape) pk.pack(d);
-    str("file");
-    if (e.file.empty()) pk.pack_nil(); else str(e.file);
-    str("offset"); pk.pack(e.offset);
+    auto storage = [&](const IndexEntry& x) {  // file offset length xxh3, then inline or codec
+      str("file");
+      if (x.file.empty()) pk.pack_nil(); else str(x.file);
+      str("offset"); pk.pack(x.offset);
+      str("length"); pk.pack(x.length);
+      str("xxh3"); pk.pack(x.checksum);
+      if (x.file.empty()) {
+        str("inline");
+        pk.pack_bin(static_cast<std::uint32_t>(x.inline_bytes.size()));
+        pk.pack_bin_body(reinterpret_cast<const char*>(x.inline_bytes.data()), static_cast<std::uint32_t>(x.inline_bytes.size()));
+      } else {
+        str("codec"); str(x.codec);
+      }
+    };
+    if (e.boxes.empty()) {
+      storage(e);
+      continue;
+    }
+    // A boxed leaf: shape and length are the global array's; its bytes are in the boxes.
     str("length"); pk.pack(e.length);
-    str("xxh3"); pk.pack(e.checksum);
-    if (e.file.empty()) {
-      str("inline");
-      pk.pack_bin(static_cast<std::uint32_t>(e.inline_bytes.size()));
-      pk.pack_bin_body(reinterpret_cast<const char*>(e.inline_bytes.data()), static_cast<std::uint32_t>(e.inline_bytes.size()));
-    } else {
-      str("codec"); str(e.codec);
+    str("xxh3"); pk.pack(std::uint64_t{0});
+    str("offset"); pk.pack(std::uint64_t{0});
+    str("file"); pk.pack_nil();
+    str("boxes");
+    pk.pack_array(static_cast<std::uint32_t>(e.boxes.size()));
+    for (const auto& b : e.boxes) {
+      pk.pack_map(9);  // origin shape ranks pieces, then the storage fields
+      str("origin");
+      pk.pack_array(static_cast<std::uint32_t>(b.origin.size()));
+      for (auto d : b.origin) pk.pack(d);
+      str("shape");
+      pk.pack_array(static_cast<std::uint32_t>(b.bytes.shape.size()));
+      for (auto d : b.bytes.shape) pk.pack(d);
+      str("ranks");
+      pk.pack_array(static_cast<std::uint32_t>(b.ranks.size()));
+      for (auto r : b.ranks) pk.pack(r);
+      str("pieces");  // little-endian xxh3 of each box_piece bytes (empty when the box is one piece)
+      std::string le;
+      for (std::uint64_t h : b.pieces)
+        for (int k = 0; k < 8; ++k) le.push_back(static_cast<char>((h >> (8 * k)) & 0xff));
+      pk.pack_bin(static_cast<std::uint32_t>(le.size()));
+      pk.pack_bin_body(le.data(), static_cast<std::uint32_t>(le.size()));
+      storage(b.bytes);
     }
   }
   return {buf.data(), buf.data() + buf.size()};
@@ -112,6 +149,57 @@ inline CommitRecord decode_commit(std::string_view text, const std::string& chec
   return {field("manifest-bytes ", 10), field("manifest-xxh3 ", 16)};
 }
 
+// The storage fields of a leaf or a box (file or inline bytes), checked.
+inline void decode_storage(const detail::mp::Reader& lr, const msgpack::object& l, IndexEntry& e) {
+  const msgpack::object& file = lr.at(l, "file");
+  if (file.type == msgpack::type::NIL) {
+    const msgpack::object& in = lr.at(l, "inline");
+    if (in.type != msgpack::type::BIN || in.via.bin.size != e.length) lr.fail("inline bytes do not match the length");
+    e.inline_bytes = {reinterpret_cast<const std::byte*>(in.via.bin.ptr), in.via.bin.size};
+  } else {
+    e.file = lr.str(file, "file");
+    if (!is_data_file_name(e.file)) lr.fail("data file name " + quote_for_message(e.file) + " is not one ckpt writes");
+    if (const auto* c = lr.find(l, "codec")) e.codec = lr.str(*c, "codec");
+    if (e.codec != "raw") lr.fail("codec " + quote_for_message(e.codec) + " is not supported");
+  }
+}
+
+// A boxed leaf's boxes: each inside the global shape, its bytes matching its shape.
+inline void decode_boxes(const detail::mp::Reader& lr, const msgpack::object& boxes, IndexEntry& e) {
+  if (!is_numeric(e.type)) lr.fail("only numeric arrays can be stored as boxes");
+  for (const auto& bo : lr.array(boxes, "boxes")) {
+    IndexBox b;
+    b.bytes.path = e.path;
+    b.bytes.type = e.type;
+    for (const auto& d : lr.array(lr.at(bo, "origin"), "box origin")) b.origin.push_back(lr.i64(d, "box origin"));
+    for (const auto& d : lr.array(lr.at(bo, "shape"), "box shape")) b.bytes.shape.push_back(lr.i64(d, "box shape"));
+    if (b.origin.size() != e.shape.size() || b.bytes.shape.size() != e.shape.size())
+      lr.fail("a box's rank is not the array's");
+    for (std::size_t k = 0; k < e.shape.size(); ++k)
+      if (b.origin[k] < 0 || b.bytes.shape[k] < 0 || b.bytes.shape[k] > e.shape[k] || b.origin[k] > e.shape[k] - b.bytes.shape[k])
+        lr.fail("box at " + shape_str(b.origin) + " of shape " + shape_str(b.bytes.shape) + " lies outside the shape " +
+                shape_str(e.shape));
+    b.bytes.offset = lr.u64(lr.at(bo, "offset"), "offset");
+    b.bytes.length = lr.u64(lr.at(bo, "length"), "length");
+    b.bytes.checksum = lr.u64(lr.at(bo, "xxh3"), "xxh3");
+    if (detail::box_elements(b.bytes.shape) * dtype_size(e.type) != b.bytes.length)
+      lr.fail("box of shape " + shape_str(b.bytes.shape) + " records " + std::to_string(b.bytes.length) + " bytes");
+    if (const auto* rk = lr.find(bo, "ranks"))
+      for (const auto& x : lr.array(*rk, "ranks")) b.ranks.push_back(static_cast<std::uint32_t>(lr.u64(x, "rank")));
+    if (const auto* pc = lr.find(bo, "pieces")) {
+      if (pc->type != msgpack::type::BIN || pc->via.bin.size % 8 != 0) lr.fail("box pieces must be binary");
+      const auto* p = reinterpret_cast<const unsigned char*>(pc->via.bin.ptr);
+      for (std::uint32_t i = 0; i < pc->via.bin.size; i += 8) {
+        std::uint64_t h = 0;
+        for (int k = 7; k >= 0; --k) h = (h << 8) | p[i + static_cast<std::uint32_t>(k)];
+        b.pieces.push_back(h);
+      }
+    }
+    decode_storage(lr, bo, b.bytes);
+    e.boxes.push_back(std::move(b));
+  }
+}
+
 // Parses a manifest already checked against the commit marker; still validates every
 // field, since the marker only proves the manifest is the one the writer wrote.
 inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint,
@@ -126,6 +214,7 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
   if (info.format_version > format_version)
     r.fail("format version " + std::to_string(info.format_version) + " is newer than this library reads (" +
            std::to_string(format_version) + ")");
+  if (const auto* p = r.find(root, "processes")) info.processes = r.u64(*p, "processes");
   info.library_version = r.str(r.at(root, "library_version"), "library_version");
   info.type_name = r.str(r.at(root, "type"), "type");
   info.fingerprint = r.u64(r.at(root, "fingerprint"), "fingerprint");
@@ -167,6 +256,11 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
       fail("an empty node has bytes");
     } else if (e.type == dtype::string && !e.shape.empty()) {
       fail("string leaves must be scalars");
+    }
+    if (const msgpack::object* boxes = lr.find(l, "boxes")) {
+      decode_boxes(lr, *boxes, e);
+      entries.push_back(std::move(e));
+      continue;
     }
     const msgpack::object& file = lr.at(l, "file");
     if (file.type == msgpack::type::NIL) {

@@ -45,6 +45,19 @@ class Reader final : public IndexReader {
     if (verify && hash.digest() != e.checksum) fail_checksum(index, e);
   }
 
+  bool reads_ranges() const override { return true; }
+  void read_range(const Index& index, const IndexEntry& e, std::uint64_t at, std::span<std::byte> dst) const override {
+    if (e.file.empty()) {
+      std::copy_n(e.inline_bytes.begin() + static_cast<std::ptrdiff_t>(at), dst.size(), dst.begin());
+      return;
+    }
+    try {
+      io::pread_exact(files_.at(e.file), dst, e.offset + at, fs::path(index.checkpoint()) / e.file);
+    } catch (const Error& err) {
+      throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
+    }
+  }
+
  private:
   [[noreturn]] static void fail_checksum(const Index& index, const IndexEntry& e) {
     throw CorruptCheckpointError(index.checkpoint(), e.path.str(),
@@ -96,7 +109,13 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
 
   std::map<std::string, io::File> files;
   std::map<std::string, std::uint64_t> sizes;
+  std::vector<const IndexEntry*> stored;  // every leaf's bytes, or every box's of a boxed leaf
   for (const auto& e : entries) {
+    if (e.boxes.empty()) stored.push_back(&e);
+    for (const auto& b : e.boxes) stored.push_back(&b.bytes);
+  }
+  for (const IndexEntry* ep : stored) {
+    const IndexEntry& e = *ep;
     if (e.file.empty()) continue;
     if (!files.count(e.file)) {
       const fs::path p = dir / e.file;

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include <ckpt/format/native/boxes.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/file.hpp>
@@ -160,6 +161,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
     }
   }
 
+  detail::native::box_sharded_entries(dir.string(), snap, entries);  // Sharded leaves
   IndexInfo info;
   info.type_name = snap.type_name;
   info.schema = snap.schema;

@@ -1,0 +1,336 @@
+// ckpt/mpi/manager.hpp — ckpt::mpi::CheckpointManager: numbered steps saved by every rank.
+//
+//   ckpt::mpi::CheckpointManager<TrainState, ckpt::async_save> mgr(comm, "/shared/run",
+//       {.max_to_keep = 2, .save_interval_steps = 100});
+//   if (mgr.should_save(step)) mgr.save(step, state, {{"eval/loss", loss}});   // every rank
+//
+// The same methods as ckpt::CheckpointManager (manager/checkpoint_manager.hpp), every
+// one called by every rank (they are collective). Every rank makes the same decisions:
+// rank 0 reads the root and broadcasts the steps; should_save, retention and the step
+// records are computed from the same data everywhere (a step's time is rank 0's clock).
+// Rank 0 alone takes the root lock, deletes steps and writes the step metadata. Async
+// saves: each rank blocks only for its snapshot copy; the background saves of all ranks
+// run ckpt::mpi::save on a duplicate of the communicator (MPI_THREAD_MULTIPLE needed),
+// committing once every rank's bytes are durable. A SIGTERM on any rank makes
+// reached_preemption (and so should_save) true on every rank at the same step.
+// Items (SaveArgs::items) are not supported across ranks yet.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <ckpt/manager.hpp>
+#include <ckpt/mpi/comm.hpp>
+#include <ckpt/mpi/restore.hpp>
+#include <ckpt/mpi/save.hpp>
+
+namespace ckpt::mpi {
+
+template <class State, class... Policies>
+class CheckpointManager {
+  using picked_format = typename ckpt::detail::manager::pick<ckpt::detail::manager::is_format, native, Policies...>::type;
+  static_assert(std::is_same_v<picked_format, native>,
+                CKPT_STATIC_ERROR("ckpt::mpi::CheckpointManager writes the native format only",
+                                  "Leave the format policy out (or give ckpt::native).", CKPT_NAMED_ABOVE));
+
+ public:
+  using state_type = State;
+  using executor_policy_type =
+      typename ckpt::detail::manager::pick<ckpt::detail::manager::is_executor, sync_save, Policies...>::type;
+
+  CheckpointManager(const Comm& comm, std::filesystem::path root, ManagerOptions options = {})
+      : comm_(comm),
+        root_(std::move(root)),
+        options_(std::move(options)),
+        naming_{options_.step_prefix, options_.step_format_fixed_length},
+        executor_(options_.async_timeout) {
+    node::require_tree<State>();
+    const std::string name = root_.string();
+    comm_.run(name, [&] {
+      ckpt::detail::manager::validate(options_, root_);
+      if constexpr (executor_policy_type::copies_state) {
+        int provided = 0;
+        MPI_Query_thread(&provided);
+        if (provided < MPI_THREAD_MULTIPLE)
+          throw Error(name, "", "async saves across ranks run MPI on a background thread: initialize MPI with "
+                                "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
+      }
+      if (comm_.rank() != 0 || options_.read_only) return;
+      std::error_code ec;
+      if (!std::filesystem::is_directory(root_, ec)) {
+        if (!options_.create) throw Error(name, "", "no such directory (and ManagerOptions::create is false)");
+        std::filesystem::create_directories(root_, ec);
+        if (ec) throw Error(name, "", "cannot create the root directory: " + ec.message());
+      }
+      lock_.emplace(root_);
+      if (options_.cleanup_tmp_directories)
+        ckpt::detail::manager::cleanup_root(root_, naming_, &native::is_committed);
+    });
+    if constexpr (executor_policy_type::copies_state) {
+      MPI_Comm_dup(comm_.get(), &background_raw_);
+      background_.emplace(background_raw_);
+    }
+    if (options_.save_on_preemption && !options_.read_only) preemption_.emplace();
+    scan();
+  }
+
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+  // Collective: waits for the save in flight on every rank (its failure, if any, is lost:
+  // call wait_until_finished() first to see it).
+  ~CheckpointManager() {
+    executor_.wait_idle();
+    if (background_raw_ != MPI_COMM_NULL) MPI_Comm_free(&background_raw_);
+  }
+
+  const std::filesystem::path& directory() const noexcept { return root_; }
+  const ManagerOptions& options() const noexcept { return options_; }
+  const Comm& comm() const noexcept { return comm_; }
+  std::filesystem::path step_directory(std::int64_t step) const { return root_ / naming_.name(step); }
+
+  // Collective. Saves when should_save(step) or args.force, as ckpt::CheckpointManager::save.
+  bool save(std::int64_t step, const State& state, Metrics metrics = {}, SaveArgs args = {}) {
+    executor_.rethrow_if_failed();
+    if (options_.read_only) return false;
+    if (step < 0) throw Error(root_.string(), "", "step must be >= 0, not " + std::to_string(step));
+    if (!args.items.empty())
+      throw Error(step_directory(step).string(), "", "ckpt::mpi::CheckpointManager does not save items yet");
+    if (!args.force) {
+      if (has_step_or_pending(step))
+        throw StepExistsError(step_directory(step).string(), "",
+                              "step " + std::to_string(step) + " already exists (pass ckpt::SaveArgs{.force = true} to replace it)");
+      if (!should_save(step)) return false;
+    }
+    executor_.wait();
+
+    auto job = std::make_shared<Job>();
+    job->step = step;
+    job->force = args.force;
+    job->snapshot = take_snapshot(state);
+    ckpt::detail::apply_save_options(job->snapshot, options_.save_options);
+    if constexpr (executor_policy_type::copies_state) job->snapshot.make_owned(buffer_);
+    job->metadata.step = step;
+    job->metadata.format = native::name;
+    job->metadata.init_timestamp_nsecs = comm_.broadcast(ckpt::detail::manager::now_nsecs(), 0);  // one clock
+    for (auto& [name, value] : metrics)
+      if (std::isfinite(value)) job->metadata.metrics.emplace(name, value);
+    job->metadata.custom_metadata = std::move(args.custom_metadata);
+    {
+      std::lock_guard lock(mu_);
+      pending_ = step;
+    }
+    executor_.submit(step_directory(step).string(), [this, job] { run_save(*job); });
+    return true;
+  }
+
+  // Collective in effect: each rank's background save finishes only with every rank's.
+  void wait_until_finished() { executor_.wait(); }
+
+  // Collective when save_on_preemption is set (the ranks agree on a SIGTERM).
+  bool should_save(std::int64_t step) const {
+    if (options_.read_only) return false;
+    std::optional<std::int64_t> last;
+    {
+      std::lock_guard lock(mu_);
+      if (!steps_.empty()) last = steps_.rbegin()->first;
+      if (pending_ && (!last || *pending_ > *last)) last = pending_;
+    }
+    return retain::should_save(step, last, options_, reached_preemption(step));
+  }
+
+  // Collective: true on every rank when a SIGTERM reached any rank (Orbax's reached_preemption).
+  bool reached_preemption(std::int64_t /*step*/) const {
+    if (!preemption_) return false;
+    return comm_.any(ckpt::detail::manager::PreemptionWatch::received());
+  }
+
+  std::vector<std::int64_t> all_steps() const {
+    std::lock_guard lock(mu_);
+    std::vector<std::int64_t> out;
+    for (const auto& [step, info] : steps_) out.push_back(step);
+    return out;
+  }
+  std::optional<std::int64_t> latest_step() const {
+    std::lock_guard lock(mu_);
+    if (steps_.empty()) return std::nullopt;
+    return steps_.rbegin()->first;
+  }
+  std::optional<std::int64_t> best_step() const {
+    if (options_.best_metric.empty()) return std::nullopt;
+    return retain::best(records(), options_.best_metric, options_.best_mode);
+  }
+  Metrics metrics(std::int64_t step) const { return info(step).metrics; }
+  nlohmann::json custom_metadata(std::int64_t step) const { return info(step).custom_metadata; }
+
+  // Collective: the step's saved layout (ckpt::mpi::restore<State>; same process count).
+  State restore(std::optional<std::int64_t> step = {}, const RestoreOptions& opts = {}) {
+    return mpi::restore<State>(comm_, dir_to_read(step), opts);
+  }
+  // Collective: into this rank's layout (ckpt::mpi::restore_into; any process count).
+  void restore_into(std::int64_t step, State& state, const RestoreOptions& opts = {}) {
+    mpi::restore_into(comm_, dir_to_read(step), state, opts);
+  }
+  void restore_latest_into(State& state, const RestoreOptions& opts = {}) {
+    mpi::restore_into(comm_, dir_to_read(std::nullopt), state, opts);
+  }
+
+  // Collective: rank 0 deletes the step.
+  void delete_step(std::int64_t step) {
+    if (options_.read_only)
+      throw ReadOnlyError(root_.string(), "", "read-only manager: cannot delete step " + std::to_string(step));
+    executor_.wait_idle();
+    std::string name;
+    {
+      std::lock_guard lock(mu_);
+      const auto it = steps_.find(step);
+      if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(step) + " to delete");
+      name = it->second.name;
+      steps_.erase(it);
+    }
+    comm_.run(root_.string(), [&] {
+      if (comm_.rank() == 0) ckpt::detail::manager::remove_step_dir(root_, options_.todelete_subdir, name);
+    });
+  }
+
+  // Collective: rank 0 reads the root again and tells every rank.
+  void reload() {
+    executor_.wait_idle();
+    scan();
+  }
+
+ private:
+  struct Job {
+    std::int64_t step = 0;
+    bool force = false;
+    Snapshot snapshot;
+    ckpt::detail::manager::StepMetadata metadata;
+  };
+
+  // Rank 0 scans the root; every rank takes its list (as JSON: small, and the manager has it).
+  void scan() {
+    std::string text;
+    comm_.run(root_.string(), [&] {
+      if (comm_.rank() != 0) return;
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& [step, i] : ckpt::detail::manager::scan_root(root_, naming_, &native::is_committed)) {
+        nlohmann::json m = nlohmann::json::object();
+        for (const auto& [k, v] : i.metrics) m[k] = v;
+        j.push_back({{"step", step},
+                     {"name", i.name},
+                     {"time", std::chrono::duration_cast<std::chrono::nanoseconds>(i.time.time_since_epoch()).count()},
+                     {"metrics", m},
+                     {"custom", i.custom_metadata}});
+      }
+      text = j.dump();
+    });
+    text = comm_.broadcast(text, 0);
+    std::map<std::int64_t, ckpt::detail::manager::StepInfo> steps;
+    for (const auto& s : nlohmann::json::parse(text)) {
+      ckpt::detail::manager::StepInfo i;
+      i.name = s["name"].get<std::string>();
+      i.time = std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::nanoseconds(s["time"].get<std::int64_t>())));
+      const nlohmann::json& m = s["metrics"];
+      for (auto it = m.begin(); it != m.end(); ++it) i.metrics[it.key()] = it.value().template get<double>();
+      i.custom_metadata = s["custom"];
+      steps.emplace(s["step"].get<std::int64_t>(), std::move(i));
+    }
+    std::lock_guard lock(mu_);
+    steps_ = std::move(steps);
+  }
+
+  bool has_step_or_pending(std::int64_t step) const {
+    std::lock_guard lock(mu_);
+    return steps_.contains(step) || pending_ == step;
+  }
+  ckpt::detail::manager::StepInfo info(std::int64_t step) const {
+    std::lock_guard lock(mu_);
+    const auto it = steps_.find(step);
+    if (it == steps_.end())
+      throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(step) + ckpt::detail::manager::steps_list(steps_));
+    return it->second;
+  }
+  std::vector<retain::StepRecord> records() const {
+    std::lock_guard lock(mu_);
+    std::vector<retain::StepRecord> out;
+    for (const auto& [step, i] : steps_) out.push_back({step, i.time, i.metrics});
+    return out;
+  }
+  std::filesystem::path dir_to_read(std::optional<std::int64_t> step) {
+    executor_.wait_idle();
+    std::lock_guard lock(mu_);
+    if (!step) {
+      if (steps_.empty()) throw NoSuchStepError(root_.string(), "", "no checkpoint to restore (no committed step)");
+      step = steps_.rbegin()->first;
+    }
+    const auto it = steps_.find(*step);
+    if (it == steps_.end())
+      throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(*step) + ckpt::detail::manager::steps_list(steps_));
+    return root_ / it->second.name;
+  }
+
+  // On the caller's thread (sync_save) or the background one (async_save, on the duplicate communicator).
+  void run_save(Job& job) {
+    const Comm& comm = background_ ? *background_ : comm_;
+    const std::string name = naming_.name(job.step);
+    try {
+      SaveOptions opts = options_.save_options;
+      opts.force = job.force;
+      detail::save_snapshot(comm, root_ / name, job.snapshot, opts, [&](const std::filesystem::path& staging) {
+        job.metadata.commit_timestamp_nsecs = ckpt::detail::manager::now_nsecs();
+        ckpt::detail::manager::write_step_metadata(staging, job.metadata);
+      });
+    } catch (...) {
+      std::lock_guard lock(mu_);
+      pending_.reset();
+      throw;
+    }
+    {
+      std::lock_guard lock(mu_);
+      ckpt::detail::manager::StepInfo i;
+      i.name = name;
+      i.time = job.metadata.init_time();
+      i.metrics = job.metadata.metrics;
+      i.custom_metadata = job.metadata.custom_metadata;
+      steps_[job.step] = std::move(i);
+      pending_.reset();
+    }
+    // Retention: the same decision on every rank (same records); rank 0 deletes.
+    std::vector<std::string> doomed;
+    for (std::int64_t step : retain::steps_to_delete(records(), options_)) {
+      std::lock_guard lock(mu_);
+      if (const auto it = steps_.find(step); it != steps_.end()) {
+        doomed.push_back(it->second.name);
+        steps_.erase(it);
+      }
+    }
+    comm.run(root_.string(), [&] {
+      if (comm.rank() == 0)
+        for (const auto& n : doomed) ckpt::detail::manager::remove_step_dir(root_, options_.todelete_subdir, n);
+    });
+  }
+
+  Comm comm_;
+  std::filesystem::path root_;
+  ManagerOptions options_;
+  StepNaming naming_;
+  std::optional<ckpt::detail::manager::RootLock> lock_;  // rank 0's
+  std::optional<ckpt::detail::manager::PreemptionWatch> preemption_;
+  MPI_Comm background_raw_ = MPI_COMM_NULL;
+  std::optional<Comm> background_;  // async saves' collectives run here, apart from the caller's
+  mutable std::mutex mu_;
+  std::map<std::int64_t, ckpt::detail::manager::StepInfo> steps_;
+  std::optional<std::int64_t> pending_;
+  SnapshotBuffer buffer_;
+  typename executor_policy_type::executor executor_;  // last: destroyed first, waiting for the save in flight
+};
+
+}  // namespace ckpt::mpi

@@ -1,0 +1,340 @@
+// ckpt/mpi/save.hpp — ckpt::mpi::save: every rank writes its part of one checkpoint.
+//
+// Called by every rank with its own state. The ranks exchange a description of their
+// leaves (paths, dtypes, shapes, boxes, a hash of each replicated leaf) and each works
+// out the same plan: which rank writes which bytes where.
+//   - Sharded leaves: each distinct box is written once, by the least loaded of the
+//     ranks that hold it (replicas are written once);
+//   - other leaves must be equal on every rank (checked by hash): small ones go inline
+//     in the manifest, large arrays are split by rows over all ranks (t5x: a partition
+//     held by several hosts is further sharded across them), the rest go whole to the
+//     least loaded rank.
+// Rank 0 makes the staging directory; every rank writes and fsyncs its own data file
+// data-<rank> in it; the ranks agree on the outcome; rank 0 alone writes the manifest
+// and the commit marker and renames the directory into place. If any rank fails, no
+// rank sees a checkpoint and every rank throws a ckpt::Error naming the failed rank.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ckpt/ckpt.hpp>
+#include <ckpt/format/native/boxes.hpp>
+#include <ckpt/format/native/manifest.hpp>
+#include <ckpt/format/native/writer.hpp>
+#include <ckpt/io/staging_dir.hpp>
+#include <ckpt/mpi/comm.hpp>
+
+namespace ckpt::mpi {
+
+namespace detail {
+
+namespace fs = std::filesystem;
+
+// What a rank holds of one leaf.
+struct LeafDesc {
+  std::string path;
+  dtype type = dtype::none;
+  Shape shape;  // of the bytes this rank holds
+  bool boxed = false;
+  Shape global, origin;
+  std::uint64_t length = 0;
+  std::uint64_t hash = 0;  // of a replicated leaf's bytes
+};
+
+inline std::vector<std::byte> describe(const Snapshot& snap) {
+  Out o;
+  o.u64(snap.leaves.size());
+  for (const auto& l : snap.leaves) {
+    o.str(l.path.str());
+    o.u64(static_cast<std::uint64_t>(l.data.type));
+    o.shape(l.data.shape);
+    o.u64(l.box ? 1 : 0);
+    o.shape(l.box ? l.box->global_shape : Shape{});
+    o.shape(l.box ? l.box->origin : Shape{});
+    o.u64(l.data.view.size());
+    o.u64(l.box ? 0 : io::xxh3(l.data.view));
+  }
+  return std::move(o.b);
+}
+
+inline std::vector<LeafDesc> parse_description(std::span<const std::byte> bytes) {
+  In in{bytes};
+  std::vector<LeafDesc> out(static_cast<std::size_t>(in.u64()));
+  for (auto& d : out) {
+    d.path = in.str();
+    d.type = static_cast<dtype>(in.u64());
+    d.shape = in.shape();
+    d.boxed = in.u64() != 0;
+    d.global = in.shape();
+    d.origin = in.shape();
+    d.length = in.u64();
+    d.hash = in.u64();
+  }
+  return out;
+}
+
+// One piece of bytes a rank writes: leaf `leaf`'s bytes [src, src + length), at `offset`
+// of its data file; it is entry `entry` (box `box`, or the whole entry when box < 0).
+struct Job {
+  std::size_t leaf = 0;
+  std::uint64_t src = 0, length = 0, offset = 0;
+  std::size_t entry = 0;
+  int box = -1;
+};
+
+struct Plan {
+  std::vector<IndexEntry> entries;     // the manifest's, checksums still to fill in
+  std::vector<std::vector<Job>> jobs;  // per rank, in file order
+};
+
+inline std::string rank_file(int rank) { return native_format::data_file_name(static_cast<std::size_t>(rank)); }
+
+// Replicated arrays at least this large are split by rows over the ranks.
+inline constexpr std::uint64_t spread_threshold = std::uint64_t{1} << 20;
+
+// The same plan on every rank, from every rank's description; throws on a description
+// that no checkpoint can be made of (the same error on every rank).
+inline Plan make_plan(const std::string& dir, const std::vector<std::vector<LeafDesc>>& all,
+                      std::size_t inline_threshold) {
+  const int P = static_cast<int>(all.size());
+  const auto& first = all[0];
+  for (int r = 1; r < P; ++r)
+    if (all[static_cast<std::size_t>(r)].size() != first.size())
+      throw Error(dir, "", "rank " + std::to_string(r) + " saves " + std::to_string(all[static_cast<std::size_t>(r)].size()) +
+                               " leaves, rank 0 " + std::to_string(first.size()) + ": every rank must save the same tree");
+  Plan plan;
+  plan.jobs.resize(static_cast<std::size_t>(P));
+  std::vector<std::uint64_t> load(static_cast<std::size_t>(P), 0);
+  auto assign = [&](int r, Job j) {
+    auto& l = load[static_cast<std::size_t>(r)];
+    j.offset = l;
+    l += (j.length + native_format::alignment - 1) / native_format::alignment * native_format::alignment;
+    plan.jobs[static_cast<std::size_t>(r)].push_back(j);
+    return j.offset;
+  };
+  auto least_loaded = [&](const std::vector<std::uint32_t>& among) {
+    std::uint32_t best = among.front();
+    for (auto r : among)
+      if (load[r] < load[best]) best = r;
+    return static_cast<int>(best);
+  };
+  std::vector<std::uint32_t> everyone(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) everyone[static_cast<std::size_t>(r)] = static_cast<std::uint32_t>(r);
+
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    const LeafDesc& d0 = first[i];
+    for (int r = 1; r < P; ++r) {
+      const LeafDesc& d = all[static_cast<std::size_t>(r)][i];
+      const std::string who = "rank " + std::to_string(r);
+      if (d.path != d0.path)
+        throw Error(dir, d0.path, who + " has " + quote_for_message(d.path) + " here: every rank must save the same tree");
+      if (d.type != d0.type || d.boxed != d0.boxed)
+        throw Error(dir, d0.path, who + " saves it as " + std::string(dtype_name(d.type)) + (d.boxed ? " Sharded" : "") +
+                                      ", rank 0 as " + std::string(dtype_name(d0.type)) + (d0.boxed ? " Sharded" : ""));
+      if (d0.boxed && d.global != d0.global)
+        throw ShapeMismatchError(dir, d0.path, "global shape " + shape_str(d.global) + " on " + who + ", " +
+                                                   shape_str(d0.global) + " on rank 0");
+      if (!d0.boxed && (d.shape != d0.shape || d.hash != d0.hash))
+        throw Error(dir, d0.path, "a leaf that is not Sharded must be equal on every rank; " + who +
+                                      " holds another value (make it Sharded if each rank has its own)");
+    }
+    IndexEntry e;
+    e.path = Path::parse(d0.path);
+    e.type = d0.type;
+    const std::size_t entry = i;
+    if (!d0.boxed) {
+      e.shape = d0.shape;
+      e.length = d0.length;
+      e.checksum = d0.hash;
+      const bool rows = is_numeric(d0.type) && !d0.shape.empty() && d0.shape[0] >= 2 && P > 1;
+      if (d0.length < inline_threshold || d0.type == dtype::none) {
+        // inline: rank 0 puts its bytes into the manifest
+      } else if (rows && d0.length >= spread_threshold) {
+        const std::uint64_t nrows = static_cast<std::uint64_t>(d0.shape[0]);
+        const std::uint64_t row_bytes = d0.length / nrows;
+        const std::uint64_t parts = std::min<std::uint64_t>(static_cast<std::uint64_t>(P), nrows);
+        e.checksum = 0;
+        for (std::uint64_t k = 0; k < parts; ++k) {
+          const std::uint64_t begin = k * (nrows / parts) + std::min(k, nrows % parts);
+          const std::uint64_t n = nrows / parts + (k < nrows % parts ? 1 : 0);
+          IndexBox b;
+          b.origin.assign(d0.shape.size(), 0);
+          b.origin[0] = static_cast<std::int64_t>(begin);
+          b.bytes.path = e.path;
+          b.bytes.type = e.type;
+          b.bytes.shape = d0.shape;
+          b.bytes.shape[0] = static_cast<std::int64_t>(n);
+          b.bytes.length = n * row_bytes;
+          b.ranks = everyone;
+          const int w = least_loaded(everyone);
+          b.bytes.file = rank_file(w);
+          b.bytes.offset = assign(w, {i, begin * row_bytes, n * row_bytes, 0, entry, static_cast<int>(e.boxes.size())});
+          e.boxes.push_back(std::move(b));
+        }
+      } else {
+        const int w = least_loaded(everyone);
+        e.file = rank_file(w);
+        e.offset = assign(w, {i, 0, d0.length, 0, entry, -1});
+      }
+    } else {
+      e.shape = d0.global;
+      e.length = ckpt::detail::box_elements(e.shape) * dtype_size(e.type);
+      std::map<std::pair<Shape, Shape>, std::size_t> seen;  // (origin, shape) -> box
+      for (int r = 0; r < P; ++r) {
+        const LeafDesc& d = all[static_cast<std::size_t>(r)][i];
+        if (ckpt::detail::box_elements(d.shape) == 0) continue;
+        auto [it, fresh] = seen.emplace(std::make_pair(d.origin, d.shape), e.boxes.size());
+        if (fresh) {
+          IndexBox b;
+          b.origin = d.origin;
+          b.bytes.path = e.path;
+          b.bytes.type = e.type;
+          b.bytes.shape = d.shape;
+          b.bytes.length = d.length;
+          e.boxes.push_back(std::move(b));
+        }
+        e.boxes[it->second].ranks.push_back(static_cast<std::uint32_t>(r));
+      }
+      for (std::size_t k = 0; k < e.boxes.size(); ++k) {  // each box by the least loaded rank holding it
+        IndexBox& b = e.boxes[k];
+        const int w = least_loaded(b.ranks);
+        b.bytes.file = rank_file(w);
+        b.bytes.offset = assign(w, {i, 0, b.bytes.length, 0, entry, static_cast<int>(k)});
+      }
+    }
+    plan.entries.push_back(std::move(e));
+  }
+  return plan;
+}
+
+// Writes this rank's jobs into its data file; returns, per job, its checksum then its
+// piece checksums (count first).
+inline std::vector<std::uint64_t> write_jobs(const fs::path& staging, int rank, const Snapshot& snap,
+                                             const std::vector<Job>& jobs) {
+  std::vector<std::uint64_t> out;
+  if (jobs.empty()) return out;
+  Snapshot mine;
+  std::vector<std::size_t> order;
+  for (const Job& j : jobs) {
+    const auto& l = snap.leaves[j.leaf];
+    mine.leaves.push_back({l.path, LeafBytes::borrow(l.data.type, {}, l.data.view.data() + j.src, j.length)});
+    order.push_back(order.size());
+  }
+  std::vector<IndexEntry> entries(jobs.size());
+  ckpt::detail::native::write_data_file(staging / rank_file(rank), mine, entries, order);
+  for (std::size_t k = 0; k < jobs.size(); ++k) {
+    out.push_back(entries[k].checksum);
+    const auto pieces = jobs[k].box >= 0 ? ckpt::detail::native::piece_checksums(mine.leaves[k].data.view)
+                                         : std::vector<std::uint64_t>{};
+    out.push_back(pieces.size());
+    out.insert(out.end(), pieces.begin(), pieces.end());
+  }
+  return out;
+}
+
+using BeforeCommit = std::function<void(const fs::path& staging)>;
+
+// The collective save of a snapshot every rank has taken (see the top of this file).
+// before_commit runs on rank 0 only, in the staging directory, before the commit.
+inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot& snap, const SaveOptions& opts,
+                          const BeforeCommit& before_commit = nullptr) {
+  const std::string name = dir.string();
+  // 1. Check this rank's boxes, describe its leaves, learn everyone's.
+  std::string err;
+  try {
+    for (const auto& l : snap.leaves)
+      if (l.box) ckpt::detail::native::check_leaf_box(name, l);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  comm.agree(name, err);
+  const auto descs = comm.allgather(describe(snap));
+  std::vector<std::vector<LeafDesc>> all;
+  for (const auto& d : descs) all.push_back(parse_description(d));
+  Plan plan = make_plan(name, all, opts.inline_threshold);  // the same outcome everywhere
+
+  // 2. Rank 0 makes the staging directory; everyone learns where.
+  std::optional<io::StagingDir> staging;
+  std::string path;
+  comm.run(name, [&] {
+    if (comm.rank() != 0) return;
+    std::error_code ec;
+    if (!opts.force && fs::exists(dir, ec))
+      throw Error(name, "", "a checkpoint already exists here (pass .force = true to overwrite)");
+    staging.emplace(dir);
+    path = staging->path().string();
+  });
+  const fs::path tmp = comm.broadcast(path, 0);
+
+  // 3. Every rank writes and fsyncs its file; all agree it went well.
+  std::vector<std::uint64_t> sums;
+  comm.run(name, [&] { sums = write_jobs(tmp, comm.rank(), snap, plan.jobs[static_cast<std::size_t>(comm.rank())]); });
+  const auto gathered = comm.allgather(std::as_bytes(std::span(sums)));
+
+  // 4. Rank 0 writes the manifest and the commit marker, and publishes.
+  comm.run(name, [&] {
+    if (comm.rank() != 0) return;
+    for (std::size_t r = 0; r < gathered.size(); ++r) {
+      std::vector<std::uint64_t> v(gathered[r].size() / 8);
+      std::memcpy(v.data(), gathered[r].data(), v.size() * 8);
+      std::size_t at = 0;
+      for (const Job& j : plan.jobs[r]) {
+        IndexEntry& e = plan.entries[j.entry];
+        if (j.box < 0) {
+          e.checksum = v[at++];
+          at += static_cast<std::size_t>(v[at]) + 1;
+        } else {
+          IndexBox& b = e.boxes[static_cast<std::size_t>(j.box)];
+          b.bytes.checksum = v[at++];
+          const auto n = static_cast<std::size_t>(v[at++]);
+          b.pieces.assign(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + n));
+          at += n;
+        }
+      }
+    }
+    for (std::size_t i = 0; i < plan.entries.size(); ++i) {
+      IndexEntry& e = plan.entries[i];
+      if (e.file.empty() && e.boxes.empty()) e.inline_bytes = snap.leaves[i].data.view;
+    }
+    IndexInfo info;
+    info.type_name = snap.type_name;
+    info.schema = snap.schema;
+    info.fingerprint = snap.fingerprint;
+    info.processes = static_cast<std::uint64_t>(comm.size());
+    const std::vector<char> manifest = native_format::encode_manifest(info, plan.entries);
+    const auto manifest_bytes = std::as_bytes(std::span(manifest));
+    io::write_file_synced(tmp / native_format::manifest_file, manifest_bytes);
+    const std::string commit = native_format::encode_commit({manifest.size(), io::xxh3(manifest_bytes)});
+    io::write_file_synced(tmp / native_format::commit_file, std::as_bytes(std::span(commit)));
+    if (before_commit) before_commit(tmp);
+    staging->commit(opts.force);
+  });
+}
+
+}  // namespace detail
+
+// Saves `value` into one checkpoint at dir, collectively: every rank of comm calls it
+// with its own state (see the top of this file). Atomic across ranks: the checkpoint
+// appears whole after every rank's bytes are durable, or not at all.
+template <format_policy Format = native, class T>
+void save(const Comm& comm, const std::filesystem::path& dir, const T& value, const SaveOptions& opts = {}) {
+  static_assert(std::is_same_v<Format, native>,
+                CKPT_STATIC_ERROR("ckpt::mpi::save writes the native format only (t5x and Orbax by ranks are not "
+                                  "built yet)",
+                                  "Save with the native format, then convert it on one process if you need another.",
+                                  CKPT_NAMED_ABOVE));
+  node::require_tree<T>();
+  Snapshot snap = take_snapshot(value);
+  ckpt::detail::apply_save_options(snap, opts);
+  detail::save_snapshot(comm, dir, snap, opts);
+}
+
+}  // namespace ckpt::mpi

@@ -1,0 +1,452 @@
+// tests/test_sharded.cpp — Sharded leaves: boxes of global arrays, saved and restored
+// onto other layouts. Built twice: into ckpt_tests (one process, no MPI) and, when MPI is
+// found, as ckpt_mpi_tests, run by ctest under mpirun with 2, 3 and 4 processes (the
+// test cases named "mpi ..." below, selected by process count).
+#include "support.hpp"
+
+#include <numeric>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using test::TempDir;
+
+struct ShardedState {
+  std::int64_t step = 0;
+  ckpt::Sharded<xt::xtensor<float, 2>> w;
+  std::vector<double> bias;  // replicated
+};
+
+struct PlainState {
+  std::int64_t step = 0;
+  xt::xtensor<float, 2> w;
+  std::vector<double> bias;
+};
+
+// The global array every test slices: element (i, j) = 100 i + j.
+xt::xtensor<float, 2> global_w(std::size_t rows, std::size_t cols) {
+  xt::xtensor<float, 2> g = xt::zeros<float>({rows, cols});
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) g(i, j) = static_cast<float>(100 * i + j);
+  return g;
+}
+
+// The box [r0, r0 + nr) x [c0, c0 + nc) of the global array, as a Sharded leaf.
+ckpt::Sharded<xt::xtensor<float, 2>> box(std::size_t rows, std::size_t cols, std::size_t r0, std::size_t nr,
+                                         std::size_t c0, std::size_t nc) {
+  const auto g = global_w(rows, cols);
+  ckpt::Sharded<xt::xtensor<float, 2>> s{{rows, cols}, {r0, c0}, xt::zeros<float>({nr, nc})};
+  for (std::size_t i = 0; i < nr; ++i)
+    for (std::size_t j = 0; j < nc; ++j) s.local(i, j) = g(r0 + i, c0 + j);
+  return s;
+}
+
+// [begin, size) of part k of n parts of `total` (the first total % n parts one longer).
+[[maybe_unused]] std::pair<std::size_t, std::size_t> split(std::size_t total, std::size_t n, std::size_t k) {
+  const std::size_t base = total / n, extra = total % n;
+  return {k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
+}
+
+}  // namespace
+
+TEST_CASE("a Sharded leaf saved by one process restores as a plain array, as a box, and as itself") {
+  TempDir tmp;
+  ShardedState s;
+  s.step = 7;
+  s.w = box(6, 5, 0, 6, 0, 5);  // one process holding the whole array
+  s.bias = {1.5, 2.5};
+  ckpt::save(tmp / "c", s);
+
+  const auto plain = ckpt::restore<PlainState>(tmp / "c");  // a plain array in place of the Sharded field
+  CHECK(plain.step == 7);
+  CHECK(plain.w == global_w(6, 5));
+  CHECK(plain.bias == s.bias);
+
+  const auto same = ckpt::restore<ShardedState>(tmp / "c");  // an empty Sharded takes the whole array
+  CHECK(same.w.global_shape == std::vector<std::size_t>{6, 5});
+  CHECK(same.w.offset == std::vector<std::size_t>{0, 0});
+  CHECK(same.w.local == global_w(6, 5));
+
+  ShardedState part;  // a box of another layout: rows 2..5, columns 1..3
+  part.w = {{6, 5}, {2, 1}, xt::zeros<float>({3, 3})};
+  ckpt::restore_into(tmp / "c", part);
+  CHECK(part.w.local == box(6, 5, 2, 3, 1, 3).local);
+
+  const auto md = ckpt::metadata(tmp / "c");  // the global shape
+  CHECK(md.leaf("w").shape() == ckpt::Shape{6, 5});
+  CHECK(ckpt::restore_tree(tmp / "c").leaf("w").as<xt::xarray<float>>() == global_w(6, 5));
+}
+
+TEST_CASE("a Sharded box that does not cover the array restores its part and refuses the rest") {
+  TempDir tmp;
+  ShardedState s;
+  s.w = box(10, 4, 4, 3, 0, 4);  // rows 4..6 only
+  ckpt::save(tmp / "c", s);
+  ShardedState inside;
+  inside.w = {{10, 4}, {5, 1}, xt::zeros<float>({2, 2})};
+  ckpt::restore_into(tmp / "c", inside);
+  CHECK(inside.w.local == box(10, 4, 5, 2, 1, 2).local);
+  CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "c"), ckpt::CorruptCheckpointError, "in none of the saved boxes");
+  ShardedState wrong;
+  wrong.w = {{10, 5}, {0, 0}, xt::zeros<float>({2, 2})};
+  CHECK_THROWS_CKPT(ckpt::restore_into(tmp / "c", wrong), ckpt::ShapeMismatchError, "w: global shape [10,4]");
+}
+
+TEST_CASE("a Sharded box outside its global shape is refused before anything is written") {
+  TempDir tmp;
+  ShardedState s;
+  s.w = box(10, 4, 8, 2, 0, 4);
+  s.w.offset = {9, 0};
+  CHECK_THROWS_CKPT(ckpt::save(tmp / "c", s), ckpt::ShapeMismatchError, "w: Sharded: local [2,4] at offset [9,0]");
+  CHECK_FALSE(fs::exists(tmp / "c"));
+  CHECK_THROWS_CKPT(ckpt::save<ckpt::t5x>(tmp / "t", s), ckpt::Error, "only the native format stores Sharded leaves");
+}
+
+TEST_CASE("a box larger than one checksum piece: partial reads verify the pieces they read") {
+  TempDir tmp;
+  struct Big {
+    ckpt::Sharded<std::vector<std::int32_t>> v;
+  };
+  Big b;
+  const std::size_t n = 3 * (1u << 20) / 4 + 100;  // 3 MiB and a bit: four pieces
+  b.v.global_shape = {n};
+  b.v.offset = {0};
+  b.v.local.resize(n);
+  std::iota(b.v.local.begin(), b.v.local.end(), 0);
+  ckpt::save(tmp / "c", b);
+  Big part;
+  part.v = {{n}, {n / 2}, std::vector<std::int32_t>(1000)};
+  ckpt::restore_into(tmp / "c", part);
+  CHECK(part.v.local.front() == static_cast<std::int32_t>(n / 2));
+  CHECK(part.v.local.back() == static_cast<std::int32_t>(n / 2 + 999));
+
+  // Flip a byte in the piece the part reads: the partial read notices, with or without a full read.
+  fs::path data = tmp / "c" / "data-0";
+  auto bytes = test::read_bytes(data);
+  bytes[(n / 2) * 4 + 8] ^= 1;
+  test::write_bytes(data, bytes);
+  CHECK_THROWS_CKPT(ckpt::restore_into(tmp / "c", part), ckpt::CorruptCheckpointError, "v: checksum mismatch");
+  part.v.offset = {0};  // another piece is intact
+  ckpt::restore_into(tmp / "c", part);
+  CHECK(part.v.local[10] == 10);
+  ckpt::restore_into(tmp / "c", part, {.verify_checksums = false});
+}
+
+TEST_CASE("hostile boxes in a manifest are refused when the checkpoint is opened") {
+  TempDir tmp;
+  ShardedState s;
+  s.w = box(64, 32, 0, 64, 0, 32);  // 8 KiB: in a data file
+  ckpt::save(tmp / "c", s);
+  // Re-encodes the manifest after f edits the boxes of leaf "w", with a matching commit marker.
+  auto edit = [&](auto&& f) {
+    fs::copy(tmp / "c", tmp / "e", fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    const auto index = ckpt::open_index(tmp / "e");
+    std::vector<ckpt::IndexEntry> entries = index->entries();
+    for (auto& e : entries)
+      if (e.path.str() == "w") f(e);
+    const auto m = ckpt::native_format::encode_manifest(index->info(), entries);
+    test::write_bytes(tmp / "e" / "manifest", m);
+    const std::string commit =
+        ckpt::native_format::encode_commit({m.size(), ckpt::io::xxh3(std::as_bytes(std::span(m)))});
+    test::write_bytes(tmp / "e" / "commit", std::vector<char>(commit.begin(), commit.end()));
+  };
+  edit([](ckpt::IndexEntry& e) { e.boxes[0].origin = {1, 0}; });
+  CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError, "w: manifest: box at [1,0] of shape [64,32]");
+  edit([](ckpt::IndexEntry& e) { e.boxes[0].bytes.length -= 4; });
+  CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError, "w: manifest: box of shape [64,32] records");
+  edit([](ckpt::IndexEntry& e) { e.boxes[0].bytes.file = "data-7"; });
+  CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError, "data file data-7 is missing");
+  edit([](ckpt::IndexEntry& e) { e.boxes[0].bytes.offset = 4096; });
+  CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError, "lie outside data-0");
+  edit([](ckpt::IndexEntry& e) {  // half the array
+    e.boxes[0].bytes.shape = {32, 32};
+    e.boxes[0].bytes.length /= 2;
+  });
+  CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "e"), ckpt::CorruptCheckpointError, "w: checksum mismatch");
+  CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "e", {.verify_checksums = false}), ckpt::CorruptCheckpointError,
+                    "w: part of the box at [0,0] of shape [64,32] is in none of the saved boxes");
+  edit([](ckpt::IndexEntry& e) { e.boxes.push_back(e.boxes[0]); });  // the same box twice
+  CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "e"), ckpt::CorruptCheckpointError, "w: saved boxes overlap");
+}
+
+TEST_CASE("a restore transform in front of a Sharded target: boxes read through the tree") {
+  TempDir tmp;
+  ShardedState s;
+  s.w = box(12, 6, 0, 12, 0, 6);
+  ckpt::save(tmp / "c", s);
+  ShardedState part;
+  part.w = {{12, 6}, {3, 2}, xt::zeros<float>({4, 3})};
+  ckpt::RestoreOptions opts;
+  opts.transform = [](ckpt::Tree& t) { t.rename("step", "step"); };
+  opts.verify_checksums = false;
+  ckpt::restore_into(tmp / "c", part, opts);
+  CHECK(part.w.local == box(12, 6, 3, 4, 2, 3).local);
+}
+
+TEST_CASE("checkpoints without boxes keep manifest format version 1") {
+  TempDir tmp;
+  PlainState p;
+  p.w = global_w(2, 2);
+  ckpt::save(tmp / "c", p);
+  const auto md = ckpt::metadata(tmp / "c");
+  CHECK(ckpt::open_index(tmp / "c")->info().format_version == 1);
+  ShardedState s;
+  s.w = box(2, 2, 0, 2, 0, 2);
+  ckpt::save(tmp / "s", s);
+  CHECK(ckpt::open_index(tmp / "s")->info().format_version == 2);
+}
+
+#if CKPT_TEST_MPI
+// ---- many processes: run under mpirun by ctest (tests/CMakeLists.txt), each case in the
+// run whose process count its name says (-tc="*np3*").
+
+#include <ckpt/mpi.hpp>
+
+#include <sys/resource.h>
+
+#include <csignal>
+#include <optional>
+
+namespace {
+
+// One directory every rank sees: rank 0 makes it, the others learn its path; removed
+// after every rank is done with it.
+class SharedDir {
+ public:
+  explicit SharedDir(const ckpt::mpi::Comm& comm) : comm_(comm) {
+    std::string p;
+    if (comm.rank() == 0) {
+      dir_.emplace();
+      p = dir_->path().string();
+    }
+    path_ = comm.broadcast(p, 0);
+  }
+  ~SharedDir() { comm_.barrier(); }
+  fs::path operator/(const std::string& s) const { return path_ / s; }
+
+ private:
+  const ckpt::mpi::Comm& comm_;
+  std::optional<TempDir> dir_;
+  fs::path path_;
+};
+
+// A communicator of the ranks whose color is `color` (MPI_UNDEFINED: none), freed after.
+class SubComm {
+ public:
+  SubComm(const ckpt::mpi::Comm& parent, int color) {
+    MPI_Comm_split(parent.get(), color, parent.rank(), &c_);
+    if (c_ != MPI_COMM_NULL) comm_.emplace(c_);
+  }
+  ~SubComm() {
+    if (c_ != MPI_COMM_NULL) MPI_Comm_free(&c_);
+  }
+  explicit operator bool() const { return comm_.has_value(); }
+  const ckpt::mpi::Comm& operator*() const { return *comm_; }
+
+ private:
+  MPI_Comm c_ = MPI_COMM_NULL;
+  std::optional<ckpt::mpi::Comm> comm_;
+};
+
+ShardedState rows_of(std::size_t rows, std::size_t cols, int rank, int size) {
+  const auto [r0, nr] = split(rows, static_cast<std::size_t>(size), static_cast<std::size_t>(rank));
+  ShardedState s;
+  s.step = 42;
+  s.w = box(rows, cols, r0, nr, 0, cols);
+  s.bias = {0.5, 1.5, 2.5};
+  return s;
+}
+
+ShardedState cols_target(std::size_t rows, std::size_t cols, int rank, int size) {
+  const auto [c0, nc] = split(cols, static_cast<std::size_t>(size), static_cast<std::size_t>(rank));
+  ShardedState s;
+  s.w = {{rows, cols}, {0, c0}, xt::zeros<float>({rows, nc})};
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("mpi np3: saved by 2 ranks split by rows, restored on 3 split by columns and on 1 by blocks") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  {
+    SubComm two(world, world.rank() < 2 ? 0 : MPI_UNDEFINED);
+    if (two) ckpt::mpi::save(*two, dir / "c", rows_of(9, 7, (*two).rank(), 2));
+  }
+  world.barrier();
+
+  ShardedState s = cols_target(9, 7, world.rank(), 3);
+  ckpt::mpi::restore_into(world, dir / "c", s);
+  const auto [c0, nc] = split(7, 3, static_cast<std::size_t>(world.rank()));
+  CHECK(s.step == 42);
+  CHECK(s.bias == std::vector<double>{0.5, 1.5, 2.5});
+  CHECK(s.w.local == box(9, 7, 0, 9, c0, nc).local);
+
+  if (world.rank() == 0) {  // one process, no MPI: the whole array, or a 2x2 block
+    CHECK(ckpt::restore<PlainState>(dir / "c").w == global_w(9, 7));
+    ShardedState b;
+    b.w = {{9, 7}, {3, 5}, xt::zeros<float>({2, 2})};
+    ckpt::restore_into(dir / "c", b);
+    CHECK(b.w.local == box(9, 7, 3, 2, 5, 2).local);
+    CHECK(ckpt::open_index(dir / "c")->info().processes == 2);
+  }
+}
+
+TEST_CASE("mpi np3: 10 rows on 3 ranks; restore<T> gives each rank its saved box, or says to use restore_into") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  ckpt::mpi::save(world, dir / "c", rows_of(10, 3, world.rank(), 3));
+  const auto back = ckpt::mpi::restore<ShardedState>(world, dir / "c");
+  const auto want = rows_of(10, 3, world.rank(), 3);
+  CHECK(back.w.global_shape == want.w.global_shape);
+  CHECK(back.w.offset == want.w.offset);
+  CHECK(back.w.local == want.w.local);
+  CHECK(back.bias == want.bias);
+  // every rank's row count as saved: 4, 3, 3
+  CHECK(back.w.local.shape()[0] == (world.rank() == 0 ? 4u : 3u));
+
+  SubComm two(world, world.rank() < 2 ? 0 : MPI_UNDEFINED);
+  if (two)
+    CHECK_THROWS_CKPT(ckpt::mpi::restore<ShardedState>(*two, dir / "c"), ckpt::Error,
+                      "saved by 3 processes, restored on 2: ckpt::mpi::restore<T> restores the saved layout only; use "
+                      "ckpt::mpi::restore_into");
+}
+
+TEST_CASE("mpi np4: replicas are written once; large replicated leaves are spread over the ranks") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  struct State {
+    ckpt::Sharded<std::vector<float>> w;  // 2 shards, each held by 2 ranks (data-parallel replicas)
+    xt::xtensor<double, 2> embed;         // replicated, 4 MiB: split by rows over the 4 ranks
+  };
+  const std::size_t n = 1 << 18;  // floats per shard: 1 MiB
+  State s;
+  const std::size_t shard = static_cast<std::size_t>(world.rank() % 2);
+  s.w = {{2 * n}, {shard * n}, std::vector<float>(n)};
+  for (std::size_t i = 0; i < n; ++i) s.w.local[i] = static_cast<float>(shard * n + i);
+  s.embed = xt::zeros<double>({std::size_t{512}, std::size_t{1024}});
+  for (std::size_t i = 0; i < s.embed.size(); ++i) s.embed.data()[i] = static_cast<double>(i % 1000);
+  ckpt::mpi::save(world, dir / "c", s);
+
+  if (world.rank() == 0) {
+    std::uintmax_t on_disk = 0;
+    for (int r = 0; r < 4; ++r) {
+      const fs::path f = dir / ("c/data-" + std::to_string(r));
+      CHECK(fs::exists(f));  // every rank wrote a part
+      on_disk += fs::exists(f) ? fs::file_size(f) : 0;
+    }
+    CHECK(on_disk == 2 * n * sizeof(float) + s.embed.size() * sizeof(double));  // each byte once
+    const auto whole = ckpt::restore_tree(dir / "c");
+    const auto w = whole.leaf("w").as<std::vector<float>>();
+    CHECK(w.size() == 2 * n);
+    CHECK(w[n + 5] == static_cast<float>(n + 5));
+    CHECK(whole.leaf("embed").as<xt::xtensor<double, 2>>() == s.embed);
+  }
+  // Each rank's own box back, and load_and_broadcast: rank 0 reads `embed` for everyone.
+  State t;
+  t.w = {{2 * n}, {(3 - shard) % 2 * n}, std::vector<float>(n)};
+  ckpt::mpi::restore_into(world, dir / "c", t, {.load_and_broadcast = true});
+  CHECK(t.embed == s.embed);
+  CHECK(t.w.local[7] == static_cast<float>((1 - shard) * n + 7));
+}
+
+TEST_CASE("mpi np2: a rank failing mid-save leaves no checkpoint, every rank hears which, the previous one stays") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  ShardedState s = rows_of(1024, 256, world.rank(), 2);  // 512 KiB per rank
+  ckpt::mpi::save(world, dir / "1", s);
+
+  s.step = 43;
+  rlimit old{};
+  if (world.rank() == 1) {  // rank 1 may write 64 KiB per file, then EFBIG
+    std::signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &old);
+    rlimit small = old;
+    small.rlim_cur = 64 << 10;
+    setrlimit(RLIMIT_FSIZE, &small);
+  }
+  CHECK_THROWS_CKPT(ckpt::mpi::save(world, dir / "2", s), ckpt::Error, "rank 1 of 2 failed: ");
+  if (world.rank() == 1) setrlimit(RLIMIT_FSIZE, &old);
+  world.barrier();
+  if (world.rank() == 0) {
+    CHECK_FALSE(fs::exists(dir / "2"));
+    for (const auto& e : fs::directory_iterator(dir / "")) CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
+  }
+  const auto back = ckpt::mpi::restore<ShardedState>(world, dir / "1");
+  CHECK(back.step == 42);
+  CHECK(back.w.local == rows_of(1024, 256, world.rank(), 2).w.local);
+
+  // A leaf that is not Sharded must agree across ranks: the error names it on every rank.
+  ShardedState d = rows_of(4, 4, world.rank(), 2);
+  d.bias[1] = world.rank();
+  CHECK_THROWS_CKPT(ckpt::mpi::save(world, dir / "3", d), ckpt::Error,
+                    "bias: a leaf that is not Sharded must be equal on every rank; rank 1 holds another value");
+  CHECK_FALSE(fs::exists(dir / "3"));
+}
+
+TEST_CASE("mpi np2: the manager across ranks: same steps everywhere, retention by rank 0, async saves") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  {
+    ckpt::mpi::CheckpointManager<ShardedState, ckpt::async_save> mgr(world, dir / "run", {.max_to_keep = 2});
+    for (std::int64_t step = 0; step < 5; ++step) {
+      ShardedState s = rows_of(64, 16, world.rank(), 2);
+      s.step = step;
+      CHECK(mgr.save(step, s, {{"loss", 1.0 / static_cast<double>(step + 1)}}));
+    }
+    mgr.wait_until_finished();
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{3, 4});
+    if (world.rank() == 0) {
+      CHECK(fs::exists(dir / "run/4"));
+      CHECK_FALSE(fs::exists(dir / "run/2"));
+    }
+    const auto back = mgr.restore();
+    CHECK(back.step == 4);
+    CHECK(back.w.local == rows_of(64, 16, world.rank(), 2).w.local);
+    CHECK(mgr.metrics(3).at("loss") == doctest::Approx(0.25));
+  }
+  // A new manager (a restarted job) sees the same steps on every rank.
+  ckpt::mpi::CheckpointManager<ShardedState> again(world, dir / "run", {.max_to_keep = 2});
+  CHECK(again.latest_step() == 4);
+  ShardedState s = cols_target(64, 16, world.rank(), 2);
+  again.restore_into(3, s);
+  CHECK(s.step == 3);
+  const auto [c0, nc] = split(16, 2, static_cast<std::size_t>(world.rank()));
+  CHECK(s.w.local == box(64, 16, 0, 64, c0, nc).local);
+}
+
+TEST_CASE("mpi np2: a SIGTERM on one rank makes every rank save at the same step") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  struct sigaction dfl {}, old {};  // not doctest's crash handler: the default, which ckpt does not pass on
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGTERM, &dfl, &old);
+  std::optional<ckpt::mpi::CheckpointManager<ShardedState>> m;
+  m.emplace(world, dir / "run", ckpt::ManagerOptions{.save_interval_steps = 100, .save_on_preemption = true});
+  auto& mgr = *m;
+  std::vector<std::int64_t> saved;
+  for (std::int64_t step = 0; step < 4 && saved.size() < 2; ++step) {
+    if (step == 2 && world.rank() == 1) std::raise(SIGTERM);  // the notice reaches one rank only
+    ShardedState s = rows_of(8, 4, world.rank(), 2);
+    s.step = step;
+    if (mgr.should_save(step)) {
+      mgr.save(step, s);
+      saved.push_back(step);
+    }
+  }
+  CHECK(saved == std::vector<std::int64_t>{0, 2});
+  CHECK(mgr.all_steps() == std::vector<std::int64_t>{0, 2});
+  m.reset();
+  ::sigaction(SIGTERM, &old, nullptr);
+}
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  doctest::Context ctx(argc, argv);
+  const int rc = ctx.run();
+  MPI_Finalize();
+  return rc;
+}
+#endif
