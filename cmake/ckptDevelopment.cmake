@@ -43,8 +43,13 @@ if(TARGET ckpt_compiled AND NOT CKPT_USE_SINGLE_INCLUDE)
   ckpt_target_options(ckpt_compiled)
 endif()
 
+# Benchmarks are built with CKPT_BENCH_OPT (-O2 whatever the build type: their figures
+# mean something only optimized); CI, which compiles them but never runs them, sets
+# -O0 to keep its time (see .ci/run).
+set(CKPT_BENCH_OPT "-O2" CACHE STRING "Optimization flags of the benchmarks (bench/)")
+
 # One executable per <dir>/*.cpp, named after the file, built at -O2 whatever
-# the build type, and placed in <build>/<dir>/.
+# the build type (benchmarks: CKPT_BENCH_OPT), and placed in <build>/<dir>/.
 function(ckpt_add_executables dir)
   if(NOT IS_DIRECTORY "${PROJECT_SOURCE_DIR}/${dir}")
     return()
@@ -59,7 +64,12 @@ function(ckpt_add_executables dir)
     target_link_libraries(${name} PRIVATE ${CKPT_DEV_LIBRARY})
     ckpt_target_options(${name})
     if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-      target_compile_options(${name} PRIVATE -O2)
+      if(dir STREQUAL "bench")
+        separate_arguments(bench_opt UNIX_COMMAND "${CKPT_BENCH_OPT}")
+        target_compile_options(${name} PRIVATE ${bench_opt})
+      else()
+        target_compile_options(${name} PRIVATE -O2)
+      endif()
     endif()
     target_compile_definitions(${name} PRIVATE CKPT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
     get_filename_component(stem "${src}" NAME_WE)
