@@ -80,8 +80,12 @@ inline void write_step_metadata(const std::filesystem::path& dir, const StepMeta
 }
 
 // Reads <dir>/_CHECKPOINT_METADATA; any problem is a CorruptCheckpointError naming dir.
+// The same from the file's bytes (a step on an object store); `where` names the step.
+inline StepMetadata parse_step_metadata(const std::vector<std::byte>& bytes, const std::string& where);
 inline StepMetadata read_step_metadata(const std::filesystem::path& dir) {
-  const auto bytes = io::read_file(dir / step_metadata_file, max_step_metadata_bytes);
+  return parse_step_metadata(io::read_file(dir / step_metadata_file, max_step_metadata_bytes), dir.string());
+}
+inline StepMetadata parse_step_metadata(const std::vector<std::byte>& bytes, const std::string& where) {
   StepMetadata m;
   try {
     const auto j = nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
@@ -99,7 +103,7 @@ inline StepMetadata read_step_metadata(const std::filesystem::path& dir) {
     if (const auto it = j.find("items"); it != j.end() && !it->is_null())
       m.items = it->get<std::map<std::string, std::string>>();
   } catch (const std::exception& e) {
-    throw CorruptCheckpointError(dir.string(), "",
+    throw CorruptCheckpointError(where, "",
                                  std::string(step_metadata_file) + " is not valid step metadata: " + e.what());
   }
   return m;
