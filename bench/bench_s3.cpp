@@ -202,15 +202,22 @@ int main(int argc, char** argv) {
   std::vector<double> put_s, get_s, save_s, restore_s;
   for (int r = 0; r < reps; ++r) {
     const std::string prefix = "bench/rep-" + std::to_string(r);
-    put_s.push_back(plain_all(handles, o, bucket, prefix + "/plain", bytes, true));
-    get_s.push_back(plain_all(handles, o, bucket, prefix + "/plain", bytes, false));
     const std::string url = "s3://" + bucket + "/" + prefix + "/ckpt";
-    auto t0 = Clock::now();
-    ckpt::save(url, state);
-    save_s.push_back(seconds_since(t0));
-    t0 = Clock::now();
-    ckpt::restore_into(url, back);
-    restore_s.push_back(seconds_since(t0));
+    auto with_ckpt = [&] {
+      auto t0 = Clock::now();
+      ckpt::save(url, state);
+      save_s.push_back(seconds_since(t0));
+      t0 = Clock::now();
+      ckpt::restore_into(url, back);
+      restore_s.push_back(seconds_since(t0));
+    };
+    auto with_plain = [&] {
+      put_s.push_back(plain_all(handles, o, bucket, prefix + "/plain", bytes, true));
+      get_s.push_back(plain_all(handles, o, bucket, prefix + "/plain", bytes, false));
+    };
+    // Alternating which goes first, so that neither always meets a warmer server.
+    if (r % 2) with_ckpt(), with_plain();
+    else with_plain(), with_ckpt();
     if (back.layers[layers - 1].w != state.layers[layers - 1].w) {
       std::fprintf(stderr, "restored bytes differ\n");
       return 1;

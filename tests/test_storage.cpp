@@ -453,6 +453,59 @@ TEST_CASE("storage: an S3 server killed mid-save leaves no checkpoint and the pr
   CHECK_THROWS_CKPT(ckpt::restore<State>("s3://bkt/killed/2"), ckpt::Error, "no checkpoint here");
 }
 
+struct Run {
+  int rc;
+  std::string out, err;
+};
+inline Run shell(const std::string& cmd) {
+  test::TempDir tmp;
+  const int st = std::system((cmd + " >" + (tmp / "out").string() + " 2>" + (tmp / "err").string()).c_str());
+  auto slurp = [](const fs::path& p) {
+    auto v = test::read_bytes(p);
+    return std::string(v.begin(), v.end());
+  };
+  return {WEXITSTATUS(st), slurp(tmp / "out"), slurp(tmp / "err")};
+}
+
+TEST_CASE("storage: the ckpt tool lists, reads, verifies and converts s3:// checkpoints, credentials from AWS_*") {
+  REQUIRE_S3();
+  INFO("CKPT_CLI = " << CKPT_CLI << " (build it: the ckpt_cli target)");
+  REQUIRE(fs::exists(CKPT_CLI));
+  const State s = make_state(5, 2000);
+  {
+    ckpt::CheckpointManager<State, ckpt::s3> mgr("bkt/cli");
+    mgr.save(5, s, {{"loss", 0.5}});
+  }
+  const std::string env = "env AWS_ENDPOINT_URL=" + server.endpoint() +
+                          " AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1 " + CKPT_CLI;
+  auto r = shell(env + " ls --json s3://bkt/cli");
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("\"step\":5") != std::string::npos);
+  CHECK(r.out.find("\"loss\":0.5") != std::string::npos);
+  r = shell(env + " tree s3://bkt/cli/5");
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("weights") != std::string::npos);
+  CHECK(shell(env + " verify s3://bkt/cli/5").rc == 0);
+  test::TempDir tmp;
+  r = shell(env + " convert s3://bkt/cli/5 " + (tmp / "local").string() + " --to native");
+  CHECK(r.rc == 0);
+  check_same(ckpt::restore<State>(tmp / "local"), s);
+  CHECK(shell(env + " convert " + (tmp / "local").string() + " s3://bkt/cli/copy --to native").rc == 0);
+  check_same(ckpt::restore<State>("s3://bkt/cli/copy"), s);
+  CHECK(shell(env + " diff s3://bkt/cli/5 s3://bkt/cli/copy").rc == 0);
+  r = shell(env + " convert s3://bkt/cli/5 s3://bkt/cli/z --to zarr");
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("only the native format") != std::string::npos);
+  r = shell("env AWS_ENDPOINT_URL=" + server.endpoint() + " AWS_ACCESS_KEY_ID=nobody AWS_SECRET_ACCESS_KEY=x " +
+            CKPT_CLI + " tree s3://bkt/cli/5");
+  CHECK(r.rc == 2);
+  INFO(r.err);
+  CHECK(r.err.find("HTTP 403") != std::string::npos);  // a HEAD first: no error document, just the status
+  CHECK(r.err.find("check AWS_ACCESS_KEY_ID") != std::string::npos);
+  auto st = ckpt::storage::s3_bucket("bkt");
+  st->remove(st->list("cli/"));
+}
+
 #endif  // CKPT_HAVE_S3
 
 }  // namespace storage_test

@@ -33,12 +33,26 @@ struct IndexEntry {
 
 class Index;
 
+// One leaf to read: what exec::ReadQueue hands a reader that reads in batches.
+struct LeafRead {
+  const IndexEntry* entry;
+  std::span<std::byte> dst;
+  bool verify;
+};
+
 // How a format fetches a leaf's bytes; it has checked the entry's bounds when opening.
 class IndexReader {
  public:
   virtual ~IndexReader() = default;
   // Reads the whole leaf into dst (dst.size() == e.length), verifying its checksum when asked.
   virtual void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const = 0;
+  // A reader for which many leaves are cheaper fetched together than one by one (an
+  // object store: a few large ranged GETs instead of one request per leaf) reads them
+  // all here and returns true; false: read them one by one (the default).
+  virtual bool read_batch(const Index& index, std::span<const LeafRead> reads) const {
+    (void)index, (void)reads;
+    return false;
+  }
 };
 
 struct IndexInfo {
@@ -84,6 +98,8 @@ class Index {
   std::vector<std::string> children(const Path& p) const;
   // Reads a leaf's bytes into dst (dst.size() == e.length), verifying its checksum when asked.
   void read(const IndexEntry& e, std::span<std::byte> dst, bool verify = true) const;
+  // All of them at once, when the reader reads in batches (IndexReader::read_batch); false otherwise.
+  bool read_batch(std::span<const LeafRead> reads) const { return reader_->read_batch(*this, reads); }
 
  private:
   static bool starts_with(const std::vector<std::string>& v, const std::vector<std::string>& pre) {

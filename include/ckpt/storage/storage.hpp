@@ -49,6 +49,13 @@ namespace storage {
 
 using ConstBytes = std::span<const std::byte>;
 
+// dst.size() bytes of object `key` at `offset`: one of many reads given to get_many.
+struct ReadSegment {
+  std::string key;
+  std::uint64_t offset = 0;
+  std::span<std::byte> dst;
+};
+
 // The storage concept, as an abstract class (formats and the manager take one at run
 // time; the policy types below choose it at compile time). Keys are '/'-separated,
 // with no leading '/'. Every failure is a ckpt::Error naming the object.
@@ -68,6 +75,13 @@ class Storage {
 
   // Reads exactly dst.size() bytes at offset; an object too short is a CorruptCheckpointError.
   virtual void get(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const = 0;
+
+  // Many reads, of one object or several. A backend whose requests are costly (S3)
+  // coalesces neighbouring ranges into few large requests run in parallel; the default
+  // reads them one by one.
+  virtual void get_many(std::span<const ReadSegment> segments) const {
+    for (const auto& s : segments) get(s.key, s.offset, s.dst);
+  }
 
   // The object's size, or nullopt when it does not exist.
   virtual std::optional<std::uint64_t> size(const std::string& key) const = 0;
@@ -89,6 +103,10 @@ class Storage {
 
   // Deletes the objects; absent ones are not an error.
   virtual void remove(const std::vector<std::string>& keys) = 0;
+
+  // How many objects are best written at once (S3: its connection count), so that a
+  // save spreads its data over that many objects.
+  virtual unsigned parallelism() const { return 1; }
 };
 
 // A checkpoint's place: the storage and the key prefix under it ("" for its root).
@@ -195,7 +213,7 @@ inline Location open_location(const std::filesystem::path& url) {
 
 }  // namespace storage
 
-// --- storage policies: CheckpointManager<State, ..., ckpt::s3> and save<Format, Storage> ---
+// --- storage policies: CheckpointManager<State, ..., ckpt::s3> ---
 // A storage policy names its URL scheme; a manager given one takes a root without a
 // scheme as that scheme's ("bucket/run" -> "s3://bucket/run").
 struct posix {
