@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ckpt/formats.hpp>
-#include <ckpt/manager/object_root.hpp>
+#include <ckpt/manager.hpp>  // manager/object_root.hpp: the steps of an s3:// root
 #if defined(CKPT_HAVE_S3)
 #include <ckpt/storage/s3.hpp>
 #endif

@@ -9,9 +9,10 @@
 // (.force) deletes the old marker first, then the old objects, then writes the new
 // ones: a reader sees the old checkpoint, nothing, or the new one, never a mix.
 //
-// Data files are streamed from the leaves' memory in one put per file (which S3 turns
-// into a parallel multipart upload); reads are ranged gets straight into the target
-// (which S3 splits into parallel ranged GETs).
+// Data files, one per storage connection, are streamed from the leaves' memory in one
+// put each, all at once (S3: a PUT, or a parallel multipart upload when large); a
+// restore hands every leaf to the storage together (get_many: S3 coalesces them into a
+// few large parallel ranged GETs written straight into the target).
 #pragma once
 
 #include <algorithm>
