@@ -156,9 +156,20 @@ inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& 
   info.fingerprint = snap.fingerprint;
   const std::vector<char> manifest = encode_manifest(info, entries);
   const auto manifest_bytes = std::as_bytes(std::span(manifest));
-  loc.storage->put(loc.key(manifest_file), manifest_bytes);
   const std::string commit = encode_commit({manifest.size(), io::xxh3(manifest_bytes)});
-  loc.storage->put(loc.key(commit_file), std::as_bytes(std::span(commit)));
+  // Both at once: on an object store the commit marker written after them is what commits.
+  std::exception_ptr error;
+  {
+    std::jthread other([&] {
+      try {
+        loc.storage->put(loc.key(commit_file), std::as_bytes(std::span(commit)));
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    loc.storage->put(loc.key(manifest_file), manifest_bytes);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 class ObjectReader final : public IndexReader {
@@ -274,15 +285,32 @@ inline std::shared_ptr<const Index> open(const Location& loc) {
   IndexInfo info;
   auto parsed = std::make_shared<msgpack::object_handle>();
   std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info, *parsed);
-  std::map<std::string, std::uint64_t> sizes;
+  // The data objects' sizes, asked for all at once (one request each).
+  std::map<std::string, std::optional<std::uint64_t>> sizes;
+  for (const auto& e : entries)
+    if (!e.file.empty()) sizes[e.file];
+  {
+    std::vector<std::exception_ptr> errors(sizes.size());
+    std::vector<std::jthread> threads;
+    std::size_t k = 0;
+    for (auto& [file, size] : sizes) {
+      threads.emplace_back([&st, &loc, &errors, k, f = &file, n = &size] {
+        try {
+          *n = st.size(loc.key(*f));
+        } catch (...) {
+          errors[k] = std::current_exception();
+        }
+      });
+      ++k;
+    }
+    threads.clear();  // joins
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
   for (const auto& e : entries) {
     if (e.file.empty()) continue;
-    if (!sizes.count(e.file)) {
-      const auto n = st.size(loc.key(e.file));
-      if (!n) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing");
-      sizes[e.file] = *n;
-    }
-    const std::uint64_t size = sizes[e.file];
+    if (!sizes[e.file]) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing");
+    const std::uint64_t size = *sizes[e.file];
     if (e.offset > size || e.length > size - e.offset)
       throw CorruptCheckpointError(ckpt, e.path.str(),
                                    "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
