@@ -31,6 +31,16 @@ if CKPT_MPI_CFLAGS=$(pkg-config --cflags mpi-cxx 2>/dev/null); then :; else
   echo "skipped (no MPI): $(grep -c '^ckpt/mpi' <<<"$headers") ckpt/mpi headers"
   headers=$(grep -v '^ckpt/mpi' <<<"$headers")
 fi
+# Headers that need an optional dependency, as "header:what it includes": checked
+# where that dependency is installed, skipped (and said so) where it is not.
+optional=("ckpt/storage/s3.hpp:curl/curl.h")
+for entry in "${optional[@]}"; do
+  h=${entry%%:*} dep=${entry#*:}
+  if ! echo "#include <$dep>" | "$cxx" "${flags[@]}" -x c++ -fsyntax-only - >/dev/null 2>&1; then
+    echo "skip $h: <$dep> is not installed"
+    headers=$(grep -vxF "$h" <<<"$headers")
+  fi
+done
 total=$(wc -l <<<"$headers")
 # Each header in its own process, $jobs at a time; a failing one leaves its log.
 # The compiler and flags travel as arguments (xargs cannot pass an array).

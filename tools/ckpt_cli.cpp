@@ -8,12 +8,19 @@
 //   ckpt diff A B [--json]       added, removed and changed leaves
 //   ckpt convert SRC DST --to native|flax|t5x|orbax|zarr
 //   ckpt gc DIR [--dry-run]      deletes what killed saves left in DIR (stale .tmp-* directories)
+// Every PATH, ROOT, SRC and DST may be an s3://bucket/prefix URL (native checkpoints;
+// endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...) when the tool
+// is built with libcurl (the CMake target ckpt::s3).
 // Bad input: a message on stderr and exit code 2. Names and strings from a checkpoint
 // are printed made printable (no terminal control characters, invalid UTF-8 replaced).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <ckpt/formats.hpp>
+#include <ckpt/manager.hpp>  // manager/object_root.hpp: the steps of an s3:// root
+#if defined(CKPT_HAVE_S3)
+#include <ckpt/storage/s3.hpp>
+#endif
 
 #include <chrono>
 #include <cmath>
@@ -109,12 +116,46 @@ std::shared_ptr<const ckpt::Index> open(const fs::path& p) { return ckpt::open_i
 
 // ---------------------------------------------------------------------------------
 
+struct Row { std::string name; std::int64_t step; std::string format, time; std::uint64_t size; json metrics; };
+
+std::string format_time(std::time_t t) {
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+// The committed checkpoints (those with a commit marker) one level under an s3:// root.
+std::vector<Row> object_rows(const fs::path& root) {
+  const auto loc = ckpt::storage::open_location(root);
+  std::vector<Row> rows;
+  for (const auto& [name, keys] : ckpt::detail::manager::objects_by_entry(loc)) {
+    if (name.empty() || name[0] == '.' || !ckpt::detail::manager::has_marker(keys)) continue;
+    Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), "native", "", 0, json::object()};
+    for (const auto& k : keys) r.size += loc.storage->size(loc.key(name + "/" + k)).value_or(0);
+    const auto md = loc.storage->read_all(loc.key(name + "/_CHECKPOINT_METADATA"), 1u << 20);
+    if (md) {
+      json j;
+      try {  // untrusted: nesting bounded (detail/untrusted.hpp)
+        j = ckpt::detail::parse_json({reinterpret_cast<const char*>(md->data()), md->size()}, root.string(), name,
+                                     "_CHECKPOINT_METADATA");
+      } catch (const ckpt::Error&) {  // listed without metrics
+      }
+      if (j.is_object() && j.contains("metrics") && j["metrics"].is_object()) r.metrics = j["metrics"];
+      if (j.is_object() && j.contains("init_timestamp_nsecs") && j["init_timestamp_nsecs"].is_number())
+        r.time = format_time(static_cast<std::time_t>(j["init_timestamp_nsecs"].get<std::int64_t>() / 1'000'000'000));
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
 int cmd_ls(const fs::path& root, bool as_json) {
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) throw BadInput(root.string() + ": not a directory");
-  struct Row { std::string name; std::int64_t step; std::string format, time; std::uint64_t size; json metrics; };
+  const bool url = ckpt::storage::is_url(root);
+  if (!url && !fs::is_directory(root, ec)) throw BadInput(root.string() + ": not a directory");
   std::vector<Row> rows;
-  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+  if (url) rows = object_rows(root);
+  else for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     std::error_code e2;
     if (name.empty() || name[0] == '.' || it->is_symlink(e2)) continue;  // a step is a directory of ROOT, as the manager sees it

@@ -24,6 +24,8 @@ apt_packages=(
   libblosc-dev liblz4-dev libbz2-dev
   # ckpt::mpi and its tests (mpirun)
   libopenmpi-dev openmpi-bin
+  # the S3 storage backend (ckpt::s3, <ckpt/storage/s3.hpp>)
+  libcurl4-openssl-dev
   # used by interop tests through /usr/bin/python3
   python3-zarr python3-numpy python3-msgpack python3-numcodecs python3-zstandard
   # the durability test records a save's system calls (tests/durability/)
@@ -66,6 +68,22 @@ if [ "${#missing[@]}" -gt 0 ]; then
   # it, Boost 1.74 development packages.
   as_root env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# --- 1b. Node.js and s3rver: the S3 server tests/test_storage.cpp starts --------
+# A node that is already there (a nodesource build bundles npm) is kept: Debian's
+# nodejs and npm packages would conflict with it. s3rver goes into <repo>/.s3rver
+# (git-ignored); the test installs it itself when this step could not.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt_update_once
+  log "installing: nodejs npm"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nodejs npm
+fi
+s3rver_dir=$repo_root/.s3rver
+if [ ! -f "$s3rver_dir/node_modules/s3rver/bin/s3rver.js" ]; then
+  log "npm install s3rver@3.7.1 into $s3rver_dir"
+  npm install --no-audit --no-fund --loglevel=error --prefix "$s3rver_dir" s3rver@3.7.1 >&2 \
+    || log "could not install s3rver (offline?): the S3 test cases will be skipped"
 fi
 
 # --- 2. header-only deps into $prefix ------------------------------------------

@@ -1,5 +1,6 @@
-// ckpt/all.hpp — every part of ckpt: the core, migrations, the manager and the interop
-// formats. Convenient, and the slowest to compile; include the parts you use instead
+// ckpt/all.hpp — every part of ckpt: the core, migrations, the manager, the interop
+// formats and the memory storage (not S3, which needs libcurl: <ckpt/storage/s3.hpp>,
+// CMake target ckpt::s3). Convenient, and the slowest to compile; include the parts you use instead
 // (see ckpt.hpp). single_include/ckpt/ckpt.hpp is this header made into one file.
 #pragma once
 
@@ -7,3 +8,5 @@
 #include <ckpt/migrate.hpp>
 #include <ckpt/manager.hpp>
 #include <ckpt/formats.hpp>
+#include <ckpt/storage/memory.hpp>
+#include <ckpt/storage/posix.hpp>

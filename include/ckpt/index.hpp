@@ -56,6 +56,13 @@ inline constexpr std::uint64_t box_piece = std::uint64_t{1} << 20;
 
 class Index;
 
+// One leaf to read: what exec::ReadQueue hands a reader that reads in batches.
+struct LeafRead {
+  const IndexEntry* entry;
+  std::span<std::byte> dst;
+  bool verify;
+};
+
 // How a format fetches a leaf's bytes; it has checked the entry's bounds when opening.
 class IndexReader {
  public:
@@ -70,6 +77,13 @@ class IndexReader {
     read(index, e, all, false);
     std::copy(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + dst.size()),
               dst.begin());
+  }
+  // A reader for which many leaves are cheaper fetched together than one by one (an
+  // object store: a few large ranged GETs instead of one request per leaf) reads them
+  // all here and returns true; false: read them one by one (the default).
+  virtual bool read_batch(const Index& index, std::span<const LeafRead> reads) const {
+    (void)index, (void)reads;
+    return false;
   }
 };
 
@@ -122,6 +136,8 @@ class Index {
   void read_box(const IndexEntry& e, const Shape& origin, const Shape& shape, std::span<std::byte> dst,
                 bool verify = true) const;
   const std::shared_ptr<const IndexReader>& reader() const noexcept { return reader_; }
+  // All of them at once, when the reader reads in batches (IndexReader::read_batch); false otherwise.
+  bool read_batch(std::span<const LeafRead> reads) const { return reader_->read_batch(*this, reads); }
 
  private:
   static bool starts_with(const std::vector<std::string>& v, const std::vector<std::string>& pre) {

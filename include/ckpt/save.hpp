@@ -10,6 +10,7 @@
 #include <ckpt/io/staging_dir.hpp>  // StaleStaging (gc)
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
+#include <ckpt/storage/storage.hpp>
 #if CKPT_DEFINE_API
 #include <ckpt/snapshot_edit.hpp>
 #endif
@@ -41,6 +42,7 @@ void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const
 template <format_policy Format = native>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts = {}) {
   if constexpr (requires { Format::save_file(dir, snap, opts); }) {
+    if (storage::is_url(dir)) throw Error(dir.string(), "", std::string(Format::name) + " checkpoints are saved to local files only");
     Format::save_file(dir, snap, opts);  // a single-file format (Flax msgpack) commits its file itself
   } else {
     detail::save_staged(dir, snap, opts, &Format::write, nullptr);
@@ -50,6 +52,8 @@ void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const
 // Writes a snapshot in a format chosen at run time, from the registry (the CLI's convert).
 inline void save_snapshot(const FormatEntry& format, const std::filesystem::path& dir, const Snapshot& snap,
                           const SaveOptions& opts = {}) {
+  if (format.save_file && storage::is_url(dir))
+    throw Error(dir.string(), "", std::string(format.name) + " checkpoints are saved to local files only");
   if (format.save_file) format.save_file(dir, snap, opts);
   else if (format.write) detail::save_staged(dir, snap, opts, format.write, nullptr);
   else throw Error(dir.string(), "", "ckpt cannot write the " + std::string(format.name) + " format");
@@ -76,6 +80,9 @@ void save(const std::filesystem::path& dir, const T& value, const SaveOptions& o
 #if CKPT_DEFINE_API
 CKPT_API void detail::save_staged(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                                   FormatWrite write, const BeforeCommitFn& before_commit) {
+  // s3://, mem://: published with a commit marker instead of a rename (storage/object_store.hpp)
+  if (const storage::UrlScheme* scheme = storage::find_url_scheme(dir))
+    return scheme->save(scheme->open(dir.native()), snap, opts, write, before_commit);
   std::error_code ec;
   if (!opts.force && std::filesystem::exists(dir, ec))
     throw Error(dir.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");

@@ -43,6 +43,16 @@ class ReadQueue final : public DeferredReads {
 
 #if CKPT_DEFINE_API
 CKPT_API void ReadQueue::run() {
+  // Readers that read in batches (object stores) take all of their index's reads at once.
+  if (!jobs_.empty() && std::all_of(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.index == jobs_[0].index; })) {
+    std::vector<LeafRead> batch;
+    for (const Job& j : jobs_) batch.push_back({j.entry, j.dst, j.verify});
+    if (jobs_[0].index->read_batch(batch)) {
+      jobs_.clear();
+      bytes_ = 0;
+      return;
+    }
+  }
   std::sort(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); });
   // Threads pay off only for sizeable restores.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

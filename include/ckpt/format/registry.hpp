@@ -19,6 +19,7 @@
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/format/format.hpp>
+#include <ckpt/storage/storage.hpp>
 
 namespace ckpt {
 
@@ -118,6 +119,8 @@ inline std::shared_ptr<const Index> open_with(const FormatEntry& e, const std::f
 CKPT_API std::shared_ptr<const Index> open_index(const std::filesystem::path& path);
 #if CKPT_DEFINE_API
 CKPT_API std::shared_ptr<const Index> open_index(const std::filesystem::path& path) {
+  if (const storage::UrlScheme* scheme = storage::find_url_scheme(path))  // s3://, mem://
+    return scheme->open_index(scheme->open(path.native()));
   if (const FormatEntry* e = detect_format_entry(path)) return detail::open_with(*e, path);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw Error(path.string(), "", "no checkpoint here (nothing exists at this path)");

@@ -46,6 +46,7 @@
 #include <ckpt/manager/items.hpp>
 #include <ckpt/manager/options.hpp>
 #include <ckpt/manager/lock.hpp>
+#include <ckpt/manager/object_root.hpp>
 #include <ckpt/manager/preemption.hpp>
 #include <ckpt/manager/step_catalogue.hpp>
 #include <ckpt/manager/step_deletion.hpp>
@@ -61,6 +62,7 @@
 #include <ckpt/save.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/snapshot_edit.hpp>
+#include <ckpt/storage/storage.hpp>
 #include <ckpt/detail/static_error.hpp>
 
 namespace ckpt {
@@ -68,7 +70,7 @@ namespace ckpt {
 namespace detail::manager {
 
 template <class P>
-concept any_policy = executor_policy<P> || format_policy<P>;
+concept any_policy = executor_policy<P> || format_policy<P> || storage_policy<P>;
 
 // The first policy of Ps satisfying the concept, or Default.
 template <template <class> class Is, class Default, class... Ps>
@@ -85,6 +87,8 @@ template <class P>
 struct is_executor : std::bool_constant<executor_policy<P>> {};
 template <class P>
 struct is_format : std::bool_constant<format_policy<P>> {};
+template <class P>
+struct is_storage : std::bool_constant<storage_policy<P>> {};
 
 }  // namespace detail::manager
 
@@ -92,9 +96,10 @@ template <class State, class... Policies>
 class CheckpointManager {
   static_assert((detail::manager::any_policy<Policies> && ...),
                 CKPT_STATIC_ERROR("a policy of ckpt::CheckpointManager<State, Policies...> is neither an executor "
-                                  "nor a format policy",
-                                  "Give executor policies (ckpt::sync_save, ckpt::async_save) and format policies "
-                                  "(ckpt::native, or any type meeting ckpt::format_policy) only.",
+                                  "nor a format nor a storage policy",
+                                  "Give executor policies (ckpt::sync_save, ckpt::async_save), format policies "
+                                  "(ckpt::native, or any type meeting ckpt::format_policy) and storage policies "
+                                  "(ckpt::posix, ckpt::memory, ckpt::s3) only.",
                                   CKPT_NAMED_ABOVE));
   static_assert((0 + ... + (executor_policy<Policies> ? 1 : 0)) <= 1,
                 CKPT_STATIC_ERROR("ckpt::CheckpointManager was given more than one executor policy",
@@ -102,19 +107,28 @@ class CheckpointManager {
   static_assert((0 + ... + (format_policy<Policies> ? 1 : 0)) <= 1,
                 CKPT_STATIC_ERROR("ckpt::CheckpointManager was given more than one format policy",
                                   "Give at most one format policy (ckpt::native by default).", CKPT_NAMED_ABOVE));
+  static_assert((0 + ... + (storage_policy<Policies> ? 1 : 0)) <= 1,
+                CKPT_STATIC_ERROR("ckpt::CheckpointManager was given more than one storage policy",
+                                  "Give at most one of ckpt::posix, ckpt::memory and ckpt::s3.", CKPT_NAMED_ABOVE));
 
  public:
   using state_type = State;
   using executor_policy_type = typename detail::manager::pick<detail::manager::is_executor, sync_save, Policies...>::type;
   using format_type = typename detail::manager::pick<detail::manager::is_format, native, Policies...>::type;
+  using storage_type = typename detail::manager::pick<detail::manager::is_storage, posix, Policies...>::type;
 
   explicit CheckpointManager(std::filesystem::path root, ManagerOptions options = {})
-      : root_(std::move(root)),
+      : root_(std::is_same_v<storage_type, posix> ? std::move(root) : storage_root<storage_type>(root)),
         options_(std::move(options)),
         naming_{options_.step_prefix, options_.step_format_fixed_length},
         executor_(options_.async_timeout) {
     node::require_tree<State>();
     detail::manager::validate(options_, root_);
+    if (storage::is_url(root_)) {  // s3://, mem:// (manager/object_root.hpp)
+      open_object_root();
+      scan();
+      return;
+    }
     std::error_code ec;
     const bool exists = std::filesystem::is_directory(root_, ec);
     if (!exists && !options_.read_only) {
@@ -268,7 +282,7 @@ class CheckpointManager {
     const auto file = item_dir(step, name, Item::kind::json);
     std::vector<std::byte> bytes;
     try {
-      bytes = io::read_file(file, std::uint64_t{1} << 30);
+      bytes = store_ ? read_object(file) : io::read_file(file, std::uint64_t{1} << 30);
     } catch (const Error& e) {
       throw CorruptCheckpointError(file.string(), "", std::string("item cannot be read: ") + e.what());
     }
@@ -290,7 +304,7 @@ class CheckpointManager {
       name = it->second.name;
       steps_.erase(it);
     }
-    detail::manager::remove_step_dir(root_, options_.todelete_subdir, name);
+    remove_step(name);
   }
 
   // Reads the root directory again (steps saved or deleted by someone else).
@@ -301,7 +315,8 @@ class CheckpointManager {
 
  private:
   void scan() {
-    auto found = detail::manager::scan_root(root_, naming_, &format_type::is_committed);
+    auto found = store_ ? detail::manager::scan_objects(*store_, naming_)
+                        : detail::manager::scan_root(root_, naming_, &format_type::is_committed);
     std::lock_guard lock(mu_);
     steps_ = std::move(found);
   }
@@ -422,7 +437,7 @@ class CheckpointManager {
         name = it->second.name;
         steps_.erase(it);
       }
-      detail::manager::remove_step_dir(root_, options_.todelete_subdir, name);
+      remove_step(name);
     }
     if (options_.keep_dataset_checkpoints) prune_dataset_items(*options_.keep_dataset_checkpoints);
   }
@@ -466,6 +481,31 @@ class CheckpointManager {
       std::filesystem::remove(base / (options_.dataset_item + ".json"), ec);
     }
   }
+
+  // --- roots on object stores (s3://, mem://): manager/object_root.hpp ---
+  void open_object_root() {
+    const auto unsupported = [&](const char* what) {
+      throw Error(root_.string(), "", std::string("ManagerOptions: ") + what + " needs a local root directory");
+    };
+    if (!options_.todelete_subdir.empty()) unsupported("todelete_subdir");
+    if (options_.best_metric_from_tensorboard) unsupported("best_metric_from_tensorboard");
+    if (options_.keep_dataset_checkpoints) unsupported("keep_dataset_checkpoints");
+    store_ = storage::open_location(root_);
+    // No lock (an object store has none): one writing manager per root is the caller's duty.
+    if (!options_.read_only && options_.cleanup_tmp_directories) detail::manager::cleanup_objects(*store_, naming_);
+    if (!options_.read_only && options_.save_on_preemption) preemption_.emplace();
+  }
+  void remove_step(const std::string& name) {
+    if (store_) detail::manager::remove_step_objects(*store_, name);
+    else detail::manager::remove_step_dir(root_, options_.todelete_subdir, name);
+  }
+  std::vector<std::byte> read_object(const std::filesystem::path& url) const {
+    const auto loc = storage::open_location(url);
+    auto bytes = loc.storage->read_all(loc.prefix, std::uint64_t{1} << 30);
+    if (!bytes) throw Error(url.string(), "", "no such object");
+    return std::move(*bytes);
+  }
+  std::optional<storage::Location> store_;  // set for a root on an object store
 
   std::filesystem::path root_;
   ManagerOptions options_;

@@ -108,6 +108,9 @@ inline std::int64_t int64_field(const nlohmann::json& j, const char* key, std::o
 // Reads <dir>/_CHECKPOINT_METADATA; any problem is a CorruptCheckpointError naming dir.
 // The JSON is parsed with its nesting bounded (detail::parse_json): custom_metadata is
 // copied and handed to the user, who may dump() it.
+// parse_step_metadata: the same from the file's bytes (a step on an object store);
+// `where` names the step.
+inline StepMetadata parse_step_metadata(const std::vector<std::byte>& bytes, const std::string& where);
 inline StepMetadata read_step_metadata(const std::filesystem::path& dir) {
   std::vector<std::byte> bytes;
   try {
@@ -115,7 +118,10 @@ inline StepMetadata read_step_metadata(const std::filesystem::path& dir) {
   } catch (const Error& e) {
     throw CorruptCheckpointError(dir.string(), "", std::string(step_metadata_file) + " cannot be read: " + e.what());
   }
-  const auto j = detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dir.string(), "",
+  return parse_step_metadata(bytes, dir.string());
+}
+inline StepMetadata parse_step_metadata(const std::vector<std::byte>& bytes, const std::string& where) {
+  const auto j = detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, where, "",
                                     step_metadata_file);
   StepMetadata m;
   try {
@@ -132,8 +138,8 @@ inline StepMetadata read_step_metadata(const std::filesystem::path& dir) {
     if (const auto it = j.find("items"); it != j.end() && !it->is_null())
       m.items = it->get<std::map<std::string, std::string>>();
   } catch (const std::exception& e) {
-    throw CorruptCheckpointError(dir.string(), "", std::string(step_metadata_file) + " is not valid step metadata: " +
-                                                       detail::safe_text(e.what(), 200));
+    throw CorruptCheckpointError(where, "", std::string(step_metadata_file) + " is not valid step metadata: " +
+                                                detail::safe_text(e.what(), 200));
   }
   return m;
 }

@@ -1,0 +1,384 @@
+// ckpt/storage/object_store.hpp — checkpoints on object stores (S3, memory): save,
+// open and the commit marker, written once against storage::Storage.
+//
+// A checkpoint at <prefix> is the native format's objects (<prefix>/data-K, manifest,
+// commit) plus whatever the caller adds (a manager's _CHECKPOINT_METADATA and items/),
+// and, written last, <prefix>/commit_success.txt. There is no rename on an object
+// store, so the marker is the commit: readers refuse a prefix without it, a manager
+// lists only steps with it and deletes the rest at start-up. Replacing a checkpoint
+// (.force) deletes the old marker first, then the old objects, then writes the new
+// ones: a reader sees the old checkpoint, nothing, or the new one, never a mix.
+//
+// Data files, one per storage connection, are streamed from the leaves' memory in one
+// put each, all at once (S3: a PUT, or a parallel multipart upload when large); a
+// restore hands every leaf to the storage together (get_many: S3 coalesces them into a
+// few large parallel ranged GETs written straight into the target).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <exception>
+#include <thread>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ckpt/error.hpp>
+#include <ckpt/format/native.hpp>
+#include <ckpt/format/native/manifest.hpp>
+#include <ckpt/index.hpp>
+#include <ckpt/io/checksum.hpp>
+#include <ckpt/io/file.hpp>
+#include <ckpt/io/staging_dir.hpp>
+#include <ckpt/options.hpp>
+#include <ckpt/snapshot.hpp>
+#include <ckpt/storage/storage.hpp>
+
+namespace ckpt::storage {
+
+namespace detail {
+
+// A local scratch directory for what callers write as files (a manager's metadata and
+// items), uploaded before the commit marker; removed on destruction.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::error_code ec;
+    path_ = std::filesystem::temp_directory_path(ec) / ("ckpt-upload-" + io::random_suffix());
+    if (ec || !std::filesystem::create_directories(path_, ec))
+      throw Error(path_.string(), "", "cannot create a scratch directory: " + ec.message());
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Uploads every regular file under dir as <loc>/<relative path>.
+inline void upload_tree(const std::filesystem::path& dir, const Location& loc) {
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const auto rel = it->path().lexically_relative(dir).generic_string();
+    const auto bytes = io::read_file(it->path(), std::uint64_t{1} << 40);
+    loc.storage->put(loc.key(rel), ConstBytes(bytes));
+  }
+  if (ec) throw Error(dir.string(), "", "cannot list the files to upload: " + ec.message());
+}
+
+inline const std::byte* zero_page() {
+  static const std::byte zeros[native_format::alignment] = {};
+  return zeros;
+}
+
+}  // namespace detail
+
+// --- the native format on objects -------------------------------------------------
+namespace native_objects {
+
+using namespace ckpt::native_format;
+
+// The same layout as format/native/writer.hpp (readable by either reader once copied):
+// large leaves in data files at 4 KiB boundaries, small ones inline in the manifest.
+inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& opt) {
+  std::vector<IndexEntry> entries(snap.leaves.size());
+  std::vector<std::size_t> large;
+  for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
+    const auto& leaf = snap.leaves[i];
+    IndexEntry& e = entries[i];
+    e.path = leaf.path;
+    e.type = leaf.data.type;
+    e.shape = leaf.data.shape;
+    e.length = leaf.data.view.size();
+    e.checksum = io::xxh3(leaf.data.view);
+    if (e.length < opt.inline_threshold || e.type == dtype::none) e.inline_bytes = leaf.data.view;
+    else large.push_back(i);
+  }
+  // As many data objects as the storage writes at once (S3: its connections), each a
+  // single PUT up to the storage's multipart threshold: one PUT per connection moves the
+  // bytes at the transport's rate, where a multipart upload costs the server a
+  // concatenation on completion (s3rver, MinIO, Ceph copy the parts). Leaves are whole
+  // within a file, so a state of one huge leaf is one (multipart) object.
+  const std::size_t nfiles =
+      std::clamp<std::size_t>(large.size(), 1, std::max({1u, opt.data_files, loc.storage->parallelism()}));
+  std::vector<std::vector<std::size_t>> per_file(nfiles);
+  std::vector<std::uint64_t> load(nfiles, 0);
+  std::vector<std::size_t> by_size = large;
+  std::stable_sort(by_size.begin(), by_size.end(), [&](auto a, auto b) { return entries[a].length > entries[b].length; });
+  for (std::size_t i : by_size) {
+    const auto k = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    per_file[k].push_back(i);
+    load[k] += (entries[i].length + alignment - 1) / alignment * alignment;
+  }
+  std::vector<std::vector<ConstBytes>> pieces(nfiles);
+  for (std::size_t k = 0; k < nfiles && !large.empty(); ++k) {
+    std::sort(per_file[k].begin(), per_file[k].end());
+    std::uint64_t offset = 0;
+    for (std::size_t i : per_file[k]) {
+      entries[i].file = data_file_name(k);
+      entries[i].offset = offset;
+      pieces[k].push_back(snap.leaves[i].data.view);
+      const auto pad = static_cast<std::size_t>((alignment - entries[i].length % alignment) % alignment);
+      if (pad) pieces[k].push_back(ConstBytes(detail::zero_page(), pad));
+      offset += entries[i].length + pad;
+    }
+  }
+  if (!large.empty()) {  // the data objects at once; the first failure is rethrown
+    std::vector<std::exception_ptr> errors(nfiles);
+    {
+      std::vector<std::jthread> threads;
+      for (std::size_t k = 0; k < nfiles; ++k)
+        threads.emplace_back([&, k] {
+          try {
+            loc.storage->put(loc.key(data_file_name(k)), pieces[k]);
+          } catch (...) {
+            errors[k] = std::current_exception();
+          }
+        });
+    }
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  IndexInfo info;
+  info.type_name = snap.type_name;
+  info.schema = snap.schema;
+  info.fingerprint = snap.fingerprint;
+  const std::vector<char> manifest = encode_manifest(info, entries);
+  const auto manifest_bytes = std::as_bytes(std::span(manifest));
+  const std::string commit = encode_commit({manifest.size(), io::xxh3(manifest_bytes)});
+  // Both at once: on an object store the commit marker written after them is what commits.
+  std::exception_ptr error;
+  {
+    std::jthread other([&] {
+      try {
+        loc.storage->put(loc.key(commit_file), std::as_bytes(std::span(commit)));
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    loc.storage->put(loc.key(manifest_file), manifest_bytes);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+class ObjectReader final : public IndexReader {
+  static void check(const Index& index, const IndexEntry& e, std::span<const std::byte> bytes) {
+    if (io::xxh3(bytes) != e.checksum)
+      throw CorruptCheckpointError(index.checkpoint(), e.path.str(),
+                                   "checksum mismatch: the leaf's bytes were altered or torn");
+  }
+
+ public:
+  explicit ObjectReader(Location loc) : loc_(std::move(loc)) {}
+  void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const override {
+    if (e.file.empty()) {
+      std::copy(e.inline_bytes.begin(), e.inline_bytes.end(), dst.begin());
+    } else {
+      try {
+        loc_.storage->get(loc_.key(e.file), e.offset, dst);
+      } catch (const CorruptCheckpointError& err) {
+        throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
+      } catch (const Error& err) {  // the network, credentials: not the checkpoint's fault
+        throw Error(index.checkpoint(), e.path.str(), err.what());
+      }
+    }
+    if (verify) check(index, e, dst);
+  }
+
+  // A whole restore at once: every leaf's range handed to the storage together (S3
+  // turns them into a few large parallel GETs), then the checksums on every core.
+  bool read_batch(const Index& index, std::span<const LeafRead> reads) const override {
+    std::vector<ReadSegment> segments;
+    for (const auto& r : reads) {
+      const IndexEntry& e = *r.entry;
+      if (r.dst.size() != e.length)
+        throw Error(index.checkpoint(), e.path.str(),
+                    "target holds " + std::to_string(r.dst.size()) + " bytes, checkpoint " + std::to_string(e.length));
+      if (e.file.empty()) std::copy(e.inline_bytes.begin(), e.inline_bytes.end(), r.dst.begin());
+      else segments.push_back({loc_.key(e.file), e.offset, r.dst});
+    }
+    try {
+      loc_.storage->get_many(segments);
+    } catch (const CorruptCheckpointError& err) {
+      throw CorruptCheckpointError(index.checkpoint(), "", err.what());
+    } catch (const Error& err) {
+      throw Error(index.checkpoint(), "", err.what());
+    }
+    std::size_t bytes = 0;
+    for (const auto& r : reads) bytes += r.verify ? r.dst.size() : 0;
+    const unsigned threads = bytes < (std::size_t{16} << 20)
+                                 ? 1u
+                                 : std::min({std::max(1u, std::thread::hardware_concurrency()), 8u,
+                                             static_cast<unsigned>(reads.size())});
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr error;
+    std::mutex error_mu;
+    auto worker = [&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < reads.size();) {
+        if (!reads[i].verify) continue;
+        try {
+          check(index, *reads[i].entry, reads[i].dst);
+        } catch (...) {
+          std::lock_guard lock(error_mu);
+          if (!error) error = std::current_exception();
+          next = reads.size();
+        }
+      }
+    };
+    {
+      std::vector<std::jthread> pool;
+      for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+      worker();
+    }
+    if (error) std::rethrow_exception(error);
+    return true;
+  }
+
+ private:
+  Location loc_;
+};
+
+inline bool detect(const Location& loc) { return loc.storage->size(loc.key(commit_file)).has_value(); }
+
+inline std::shared_ptr<const Index> open(const Location& loc) {
+  const std::string& ckpt = loc.url;
+  auto& st = *loc.storage;
+  std::optional<std::vector<std::byte>> commit_bytes;
+  try {
+    commit_bytes = st.read_all(loc.key(commit_file), 4096);
+  } catch (const CorruptCheckpointError& e) {
+    throw CorruptCheckpointError(ckpt, "", std::string("commit record cannot be read: ") + e.what());
+  }
+  if (!commit_bytes)
+    throw Error(ckpt, "", "not a native checkpoint (no commit record object); ckpt reads only its native format from "
+                          "object stores");
+  const CommitRecord commit =
+      decode_commit({reinterpret_cast<const char*>(commit_bytes->data()), commit_bytes->size()}, ckpt);
+  if (commit.manifest_bytes > max_manifest_bytes) throw CorruptCheckpointError(ckpt, "", "manifest size is implausible");
+  auto manifest = std::make_shared<std::vector<std::byte>>();
+  std::optional<std::vector<std::byte>> m;
+  try {
+    m = st.read_all(loc.key(manifest_file), commit.manifest_bytes);
+  } catch (const CorruptCheckpointError&) {
+    throw CorruptCheckpointError(ckpt, "", "manifest is larger than the commit marker records");
+  }
+  if (!m) throw CorruptCheckpointError(ckpt, "", "manifest object is missing");
+  *manifest = std::move(*m);
+  if (manifest->size() != commit.manifest_bytes)
+    throw CorruptCheckpointError(ckpt, "", "manifest is " + std::to_string(manifest->size()) +
+                                               " bytes, the commit marker records " +
+                                               std::to_string(commit.manifest_bytes) + " (truncated?)");
+  if (io::xxh3(*manifest) != commit.manifest_xxh3)
+    throw CorruptCheckpointError(ckpt, "", "manifest checksum mismatch: the manifest was altered or torn");
+
+  IndexInfo info;
+  auto parsed = std::make_shared<msgpack::object_handle>();
+  std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info, *parsed);
+  // The data objects' sizes, asked for all at once (one request each).
+  std::map<std::string, std::optional<std::uint64_t>> sizes;
+  for (const auto& e : entries)
+    if (!e.file.empty()) sizes[e.file];
+  {
+    std::vector<std::exception_ptr> errors(sizes.size());
+    std::vector<std::jthread> threads;
+    std::size_t k = 0;
+    for (auto& [file, size] : sizes) {
+      threads.emplace_back([&st, &loc, &errors, k, f = &file, n = &size] {
+        try {
+          *n = st.size(loc.key(*f));
+        } catch (...) {
+          errors[k] = std::current_exception();
+        }
+      });
+      ++k;
+    }
+    threads.clear();  // joins
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  for (const auto& e : entries) {
+    if (e.file.empty()) continue;
+    if (!sizes[e.file]) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing");
+    const std::uint64_t size = *sizes[e.file];
+    if (e.offset > size || e.length > size - e.offset)
+      throw CorruptCheckpointError(ckpt, e.path.str(),
+                                   "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
+                                       ") lie outside " + e.file + " (" + std::to_string(size) + " bytes; truncated?)");
+  }
+  auto keep = std::make_shared<std::pair<decltype(manifest), decltype(parsed)>>(manifest, parsed);
+  return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries), std::make_shared<ObjectReader>(loc), keep);
+}
+
+}  // namespace native_objects
+
+// --- save, open, commit ------------------------------------------------------------
+
+inline bool is_committed(const Location& loc) { return loc.storage->size(loc.key(commit_marker)).has_value(); }
+
+// Deletes everything under loc, the commit marker first (so that no reader ever sees a
+// committed checkpoint with objects missing).
+inline void remove_checkpoint(const Location& loc) {
+  const std::string marker = loc.key(commit_marker);
+  auto keys = loc.storage->list(loc.prefix.empty() ? std::string() : loc.prefix + "/");
+  if (std::find(keys.begin(), keys.end(), marker) != keys.end()) loc.storage->remove({marker});
+  std::erase(keys, marker);
+  if (!keys.empty()) loc.storage->remove(keys);
+}
+
+inline void save(const Location& loc, const Snapshot& snap, const SaveOptions& opts, FormatWriteFn write,
+                 const BeforeCommitFn& before_commit) {
+  if (write != &native::write)
+    throw Error(loc.url, "", "only the native format can be saved to an object store; save other formats to a local "
+                             "directory");
+  const std::string dir = loc.prefix.empty() ? std::string() : loc.prefix + "/";
+  const auto existing = loc.storage->list(dir);
+  if (!existing.empty()) {
+    if (!opts.force && std::find(existing.begin(), existing.end(), loc.key(commit_marker)) != existing.end())
+      throw Error(loc.url, "", "a checkpoint already exists here (pass .force = true to overwrite)");
+    remove_checkpoint(loc);  // the old checkpoint, or what an interrupted save left
+  }
+  native_objects::write(loc, snap, opts);
+  if (before_commit) {
+    detail::ScratchDir scratch;
+    before_commit(scratch.path());
+    detail::upload_tree(scratch.path(), loc);
+  }
+  const std::string text = "Checkpoint commit was successful to " + loc.url + "\n";
+  loc.storage->put(loc.key(commit_marker), std::as_bytes(std::span(text)));
+}
+
+// Opens a committed checkpoint. A prefix inside a committed one (a manager step's
+// items/NAME) counts as committed by the step's marker.
+inline std::shared_ptr<const Index> open_index(const Location& loc) {
+  bool committed = is_committed(loc);
+  for (Location up = loc; !committed && !up.prefix.empty();) {
+    const auto slash = up.prefix.rfind('/');
+    up.prefix = slash == std::string::npos ? std::string() : up.prefix.substr(0, slash);
+    committed = is_committed(up);
+  }
+  if (!committed) {
+    const bool any = !loc.storage->list(loc.prefix.empty() ? std::string() : loc.prefix + "/").empty();
+    throw Error(loc.url, "", any ? "no commit marker (" + std::string(commit_marker) +
+                                       "): not a complete checkpoint (a save was interrupted or is in progress?)"
+                                 : "no checkpoint here (no object under this prefix)");
+  }
+  return native_objects::open(loc);
+}
+
+// What a scheme's header passes to register_url_scheme.
+inline UrlScheme object_scheme(std::string_view scheme, Location (*open)(const std::string&)) {
+  return UrlScheme{scheme, open, &save, &open_index, &is_committed};
+}
+
+}  // namespace ckpt::storage

@@ -1,0 +1,511 @@
+// Storage backends: the object interface on a local directory, in memory and on S3;
+// save, restore and the manager on mem:// and s3:// URLs; the commit marker; a
+// two-tier manager (memory every N steps, disk every M). The S3 cases run against a
+// real S3 server, s3rver from npm, started here on 127.0.0.1 on a free port (installed
+// into <source>/.s3rver when missing) and stopped at exit.
+#include "support.hpp"
+
+#include <ckpt/storage/memory.hpp>
+#include <ckpt/storage/posix.hpp>
+#if defined(CKPT_HAVE_S3)
+#include <ckpt/storage/s3.hpp>
+#endif
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+namespace storage_test {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Steps = std::vector<std::int64_t>;
+
+struct State {
+  std::int64_t step = 0;
+  xt::xtensor<float, 1> weights;
+  std::vector<std::int32_t> ids;
+};
+
+inline State make_state(std::int64_t step, std::size_t n) {
+  State s;
+  s.step = step;
+  s.weights = xt::xtensor<float, 1>::from_shape({n});
+  for (std::size_t i = 0; i < n; ++i) s.weights(i) = static_cast<float>(i % 1000) * 0.5f + static_cast<float>(step);
+  s.ids = {1, 2, 3, static_cast<std::int32_t>(step)};
+  return s;
+}
+
+inline void check_same(const State& a, const State& b) {
+  CHECK(a.step == b.step);
+  REQUIRE(a.weights.size() == b.weights.size());
+  CHECK(std::equal(a.weights.begin(), a.weights.end(), b.weights.begin()));
+  CHECK(a.ids == b.ids);
+}
+
+inline std::vector<std::byte> bytes_of(std::string_view s) {
+  const auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+
+// The object interface, the same checks on every backend.
+inline void exercise_storage(ckpt::storage::Storage& st, const std::string& base) {
+  using ckpt::storage::ConstBytes;
+  const std::string a = base + "/x/a", b = base + "/x/b", c = base + "/y";
+  const auto hello = bytes_of("hello, "), world = bytes_of("world");
+  const ConstBytes pieces[] = {hello, world};
+  st.put(a, pieces);
+  st.put(b, ConstBytes(world));
+  st.put(c, ConstBytes(hello));
+  CHECK(st.size(a) == std::optional<std::uint64_t>(12));
+  CHECK_FALSE(st.size(base + "/nope").has_value());
+  std::vector<std::byte> part(5);
+  st.get(a, 7, part);
+  CHECK(part == world);
+  std::vector<std::byte> too_long(8);
+  CHECK_THROWS_AS(st.get(b, 0, too_long), ckpt::CorruptCheckpointError);
+  CHECK(st.list(base + "/x/") == std::vector<std::string>{a, b});
+  CHECK(st.list(base + "/").size() == 3);
+  CHECK(st.read_all(c, 100) == std::optional<std::vector<std::byte>>(hello));
+  CHECK_FALSE(st.read_all(base + "/nope", 100).has_value());
+  CHECK_THROWS_AS(st.read_all(a, 4), ckpt::CorruptCheckpointError);
+  st.put(b, ConstBytes(hello));  // replaced whole
+  CHECK(st.read_all(b, 100) == std::optional<std::vector<std::byte>>(hello));
+  st.remove({a, b, base + "/never-existed"});
+  CHECK(st.list(base + "/") == std::vector<std::string>{c});
+  st.remove({c});
+  CHECK(st.list(base + "/").empty());
+}
+
+TEST_CASE("storage: a local directory and process memory meet the object interface") {
+  test::TempDir dir;
+  ckpt::storage::PosixStorage posix(dir.path());
+  exercise_storage(posix, "p");
+  auto mem = ckpt::storage::MemoryStorage::named("storage-test-iface");
+  exercise_storage(*mem, "m");
+  ckpt::memory_storage_clear("storage-test-iface");
+}
+
+TEST_CASE("storage: URLs parse, and an unknown scheme names the header that adds it") {
+  const auto u = ckpt::storage::parse_url("s3://bucket//runs/a/");
+  CHECK(u.scheme == "s3");
+  CHECK(u.bucket == "bucket");
+  CHECK(u.prefix == "runs/a");
+  CHECK_THROWS_CKPT(ckpt::storage::parse_url("s3:///x"), ckpt::Error, "no bucket");
+  CHECK_THROWS_CKPT(ckpt::storage::parse_url("mem://b/a/../c"), ckpt::Error, "\"..\"");
+  CHECK(ckpt::storage::is_url("mem://a/b"));
+  CHECK_FALSE(ckpt::storage::is_url("/tmp/a"));
+  CHECK_FALSE(ckpt::storage::is_url("relative/dir"));
+  CHECK_THROWS_CKPT(ckpt::restore<State>("gs://bucket/x"), ckpt::Error, "gs://");
+#if !defined(CKPT_HAVE_S3)
+  CHECK_THROWS_CKPT(ckpt::restore<State>("s3://bucket/x"), ckpt::Error, "<ckpt/storage/s3.hpp>");
+#endif
+}
+
+TEST_CASE("storage: memory save and restore, metadata and restore_tree, the commit marker") {
+  const std::string url = "mem://storage-test/run/a";
+  const State s = make_state(7, 5000);
+  ckpt::save(url, s);
+  check_same(ckpt::restore<State>(url), s);
+  CHECK(ckpt::metadata(url).contains("weights"));
+  const ckpt::Tree tree = ckpt::restore_tree(url);
+  CHECK(tree.leaf("step").as<std::int64_t>() == 7);
+  CHECK_THROWS_CKPT(ckpt::save(url, s), ckpt::Error, "already exists");
+  const State t = make_state(8, 100);
+  ckpt::save(url, t, {.force = true});
+  check_same(ckpt::restore<State>(url), t);
+
+  // Without its marker the checkpoint is not there, whatever else is.
+  auto mem = ckpt::storage::MemoryStorage::named("storage-test");
+  mem->remove({"run/a/commit_success.txt"});
+  CHECK_THROWS_CKPT(ckpt::restore<State>(url), ckpt::Error, "no commit marker");
+  CHECK_THROWS_CKPT(ckpt::restore<State>("mem://storage-test/none"), ckpt::Error, "no checkpoint here");
+  // A torn data object is caught by the checksums.
+  ckpt::save(url, s, {.force = true});
+  auto data = *mem->read_all("run/a/data-0", 1 << 30);
+  data[100] ^= std::byte{1};
+  mem->put("run/a/data-0", ckpt::storage::ConstBytes(data));
+  CHECK_THROWS_CKPT(ckpt::restore<State>(url), ckpt::CorruptCheckpointError, "checksum");
+  // Formats other than the native one stay local.
+  CHECK_THROWS_CKPT(ckpt::save<ckpt::safetensors>("mem://storage-test/z", s), ckpt::Error, "local files only");
+  CHECK_THROWS_CKPT(ckpt::save<ckpt::orbax>("mem://storage-test/o", s), ckpt::Error, "only the native format");
+  ckpt::memory_storage_clear("storage-test");
+}
+
+TEST_CASE("storage: a manager on memory keeps, prunes, saves asynchronously and restores items") {
+  {
+    ckpt::CheckpointManager<State, ckpt::async_save, ckpt::memory> mgr("storage-test-mgr/run", {.max_to_keep = 2});
+    CHECK(mgr.directory() == fs::path("mem://storage-test-mgr/run"));
+    for (std::int64_t step = 1; step <= 4; ++step)
+      mgr.save(step, make_state(step, 300), {{"loss", 1.0 / static_cast<double>(step)}},
+               {.items = {{"cursor", ckpt::json_item({{"pos", step}})}, {"extra", ckpt::tree_item(make_state(-step, 10))}}});
+    mgr.wait_until_finished();
+    CHECK(mgr.all_steps() == Steps{3, 4});
+    check_same(mgr.restore(), make_state(4, 300));
+    CHECK(mgr.metrics(3).at("loss") == doctest::Approx(1.0 / 3));
+    CHECK(mgr.item_json(3, "cursor")["pos"] == 3);
+    check_same(mgr.restore_item<State>(4, "extra"), make_state(-4, 10));
+    mgr.delete_step(3);
+    CHECK(mgr.all_steps() == Steps{4});
+  }
+  // A new manager sees the same store; an uncommitted leftover is cleaned up.
+  auto mem = ckpt::storage::MemoryStorage::named("storage-test-mgr");
+  CHECK(mem->list("run/1/").empty());
+  mem->put("run/9/manifest", ckpt::storage::ConstBytes(bytes_of("torn")));
+  {
+    ckpt::CheckpointManager<State, ckpt::memory> again("mem://storage-test-mgr/run", {.read_only = true});
+    CHECK(again.all_steps() == Steps{4});
+    CHECK(mem->size("run/9/manifest").has_value());  // read-only: nothing deleted
+  }
+  ckpt::CheckpointManager<State> plain("mem://storage-test-mgr/run");  // the URL alone selects the storage
+  CHECK(plain.all_steps() == Steps{4});
+  CHECK_FALSE(mem->size("run/9/manifest").has_value());
+  CHECK_THROWS_CKPT((ckpt::CheckpointManager<State, ckpt::memory>("/tmp/x")), ckpt::Error, "mem://");
+  CHECK_THROWS_CKPT((ckpt::CheckpointManager<State>("mem://storage-test-mgr/r2", {.todelete_subdir = "trash"})),
+                    ckpt::Error, "todelete_subdir");
+  ckpt::memory_storage_clear("storage-test-mgr");
+}
+
+// The fast tier of Orbax's emergency checkpointing: every 2 steps to memory (only the
+// latest kept), every 5 to disk; a restart restores the newest step either holds.
+TEST_CASE("storage: a two-tier manager restores the newest step of memory and disk") {
+  test::TempDir dir;
+  ckpt::CheckpointManager<State, ckpt::memory> fast("storage-test-tier/run",
+                                                   {.max_to_keep = 1, .save_interval_steps = 2});
+  ckpt::CheckpointManager<State> slow(dir / "run", {.max_to_keep = 2, .save_interval_steps = 5});
+  auto newest = [&]() -> std::optional<std::pair<std::int64_t, State>> {
+    const auto f = fast.latest_step(), s = slow.latest_step();
+    if (!f && !s) return std::nullopt;
+    if (f && (!s || *f >= *s)) return std::pair{*f, fast.restore(*f)};
+    return std::pair{*s, slow.restore(*s)};
+  };
+  for (std::int64_t step = 0; step <= 11; ++step) {
+    fast.save(step, make_state(step, 64));
+    slow.save(step, make_state(step, 64));
+  }
+  CHECK(fast.all_steps() == Steps{10});
+  CHECK(slow.all_steps() == Steps{5, 10});
+  auto got = newest();
+  REQUIRE(got);
+  CHECK(got->first == 10);
+  check_same(got->second, make_state(10, 64));
+  // The process dies: memory is gone, the disk tier remains.
+  ckpt::memory_storage_clear("storage-test-tier");
+  fast.reload();
+  got = newest();
+  REQUIRE(got);
+  CHECK(got->first == 10);
+  CHECK(slow.latest_step() == 10);
+}
+
+#if defined(CKPT_HAVE_S3)
+
+// --- a real S3 server ------------------------------------------------------------------
+
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return 0;
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+inline bool port_open(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok;
+}
+
+// s3rver on 127.0.0.1:<free port>, data in a temporary directory, bucket "bkt".
+class S3Server {
+ public:
+  static S3Server& get() {
+    static S3Server server;
+    return server;
+  }
+  bool available() const { return !script_.empty(); }
+  const std::string& why_not() const { return why_not_; }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  ckpt::S3Options options() const {
+    ckpt::S3Options o;
+    o.endpoint = endpoint();
+    o.region = "us-east-1";
+    o.access_key_id = "S3RVER";  // s3rver's built-in account
+    o.secret_access_key = "S3RVER";
+    o.connections = 4;
+    o.part_size = std::size_t{5} << 20;
+    o.multipart_threshold = std::size_t{5} << 20;
+    o.max_retries = 2;
+    o.retry_delay = 50ms;
+    o.connect_timeout = 2000ms;
+    o.stall_timeout = 5000ms;
+    return o;
+  }
+
+  void start() {
+    port_ = port_ ? port_ : free_port();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const std::string port = std::to_string(port_);
+      const int null = ::open("/dev/null", O_WRONLY);  // its "listening" line would clutter the test log
+      if (null >= 0) ::dup2(null, STDOUT_FILENO);
+      // s3rver's paginated listings use DES, which Node >= 17 enables only on request
+      ::execlp("node", "node", "--openssl-legacy-provider", script_.c_str(), "-d", data_.path().c_str(), "-a", "127.0.0.1", "-p", port.c_str(),
+               "--configure-bucket", "bkt", "--silent", static_cast<char*>(nullptr));
+      std::_Exit(127);
+    }
+    for (int i = 0; i < 200 && !port_open(port_); ++i) std::this_thread::sleep_for(50ms);
+    REQUIRE_MESSAGE(port_open(port_), "s3rver did not start listening on port " << port_);
+  }
+  void kill_now() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+  ~S3Server() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGCONT);
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+ private:
+  S3Server() {
+    const fs::path dir = fs::path(CKPT_SOURCE_DIR) / ".s3rver";
+    const fs::path script = dir / "node_modules" / "s3rver" / "bin" / "s3rver.js";
+    if (!fs::exists(script)) {
+      const std::string cmd = "npm install --no-audit --no-fund --loglevel=error --prefix '" + dir.string() +
+                              "' s3rver@3.7.1 > '" + (data_.path() / "npm.log").string() + "' 2>&1";
+      if (std::system("node --version > /dev/null 2>&1") != 0) {
+        why_not_ = "Node.js is not installed";
+        return;
+      }
+      if (std::system(cmd.c_str()) != 0 || !fs::exists(script)) {
+        why_not_ = "npm could not install s3rver (offline?); see " + (data_.path() / "npm.log").string();
+        return;
+      }
+    }
+    script_ = script.string();
+    start();
+    ckpt::s3::configure(options());
+  }
+
+  test::TempDir data_;
+  std::string script_, why_not_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+#define REQUIRE_S3()                                                                 \
+  auto& server = S3Server::get();                                                    \
+  if (!server.available()) {                                                         \
+    MESSAGE("S3 cases skipped: " << server.why_not());                               \
+    return;                                                                          \
+  }                                                                                  \
+  ckpt::s3::configure(server.options())
+
+TEST_CASE("storage: S3 objects: put, multipart, ranged and parallel get, paginated list, delete") {
+  REQUIRE_S3();
+  auto st = ckpt::storage::s3_bucket("bkt");
+  exercise_storage(*st, "iface");
+  // 12 MiB + 3 bytes: a multipart upload of three parts, read back in parallel ranges.
+  std::vector<std::byte> big((std::size_t{12} << 20) + 3);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::byte>((i * 131) >> 3);
+  const ckpt::storage::ConstBytes pieces[] = {std::span(big).first(1000), std::span(big).subspan(1000)};
+  st->put("iface/big", pieces);
+  CHECK(st->size("iface/big") == std::optional<std::uint64_t>(big.size()));
+  std::vector<std::byte> back(big.size() - 10);
+  st->get("iface/big", 10, back);
+  CHECK(std::equal(back.begin(), back.end(), big.begin() + 10));
+  // Pages of two keys.
+  auto opts = server.options();
+  opts.list_page_size = 2;
+  ckpt::storage::S3Storage paged("bkt", opts);
+  for (int i = 0; i < 5; ++i) paged.put("pages/k" + std::to_string(i), ckpt::storage::ConstBytes(bytes_of("v")));
+  CHECK(paged.list("pages/").size() == 5);
+  paged.remove(paged.list("pages/"));
+  st->remove({"iface/big"});
+  CHECK(st->list("iface/").empty());
+  CHECK(st->list("pages/").empty());
+}
+
+TEST_CASE("storage: S3 save and restore through s3:// URLs; the commit marker comes last") {
+  REQUIRE_S3();
+  const State s = make_state(3, std::size_t{3} << 20);  // 12 MiB of weights: multipart
+  ckpt::save("s3://bkt/save/a", s);
+  check_same(ckpt::restore<State>("s3://bkt/save/a"), s);
+  CHECK(ckpt::metadata("s3://bkt/save/a").leaf("weights").shape() == ckpt::Shape{std::int64_t{3} << 20});
+  CHECK_THROWS_CKPT(ckpt::save("s3://bkt/save/a", s), ckpt::Error, "already exists");
+  auto st = ckpt::storage::s3_bucket("bkt");
+  const auto keys = st->list("save/a/");
+  CHECK(std::find(keys.begin(), keys.end(), "save/a/commit_success.txt") != keys.end());
+  st->remove({"save/a/commit_success.txt"});
+  CHECK_THROWS_CKPT(ckpt::restore<State>("s3://bkt/save/a"), ckpt::Error, "no commit marker");
+  CHECK_THROWS_CKPT(ckpt::restore<State>("s3://bkt/save/none"), ckpt::Error, "no checkpoint here");
+  // An uncommitted prefix is overwritten without .force; a committed one with it.
+  const State t = make_state(4, 1000);
+  ckpt::save("s3://bkt/save/a", t);
+  check_same(ckpt::restore<State>("s3://bkt/save/a"), t);
+  ckpt::save("s3://bkt/save/a", s, {.force = true});
+  check_same(ckpt::restore<State>("s3://bkt/save/a"), s);
+  st->remove(st->list("save/"));
+}
+
+TEST_CASE("storage: a manager on S3 keeps max_to_keep, saves asynchronously, cleans up leftovers") {
+  REQUIRE_S3();
+  auto st = ckpt::storage::s3_bucket("bkt");
+  {
+    ckpt::CheckpointManager<State, ckpt::async_save, ckpt::s3> mgr("bkt/mgr", {.max_to_keep = 2});
+    for (std::int64_t step = 1; step <= 3; ++step)
+      mgr.save(step, make_state(step, 200'000), {{"loss", static_cast<double>(step)}},
+               {.items = {{"cursor", ckpt::json_item({{"pos", step}})}}});
+    mgr.wait_until_finished();
+    CHECK(mgr.all_steps() == Steps{2, 3});
+    CHECK(st->list("mgr/1/").empty());
+    check_same(mgr.restore(), make_state(3, 200'000));
+    CHECK(mgr.item_json(2, "cursor")["pos"] == 2);
+  }
+  st->put("mgr/7/data-0", ckpt::storage::ConstBytes(bytes_of("torn")));
+  ckpt::CheckpointManager<State, ckpt::s3> again("s3://bkt/mgr");
+  CHECK(again.all_steps() == Steps{2, 3});
+  CHECK(again.metrics(3).at("loss") == 3.0);
+  CHECK(st->list("mgr/7/").empty());
+  st->remove(st->list("mgr/"));
+}
+
+TEST_CASE("storage: wrong S3 credentials are a clear ckpt::Error") {
+  REQUIRE_S3();
+  auto opts = server.options();
+  opts.access_key_id = "NOT-A-KEY";
+  ckpt::s3::configure(opts);
+  CHECK_THROWS_CKPT(ckpt::save("s3://bkt/creds/a", make_state(1, 10)), ckpt::Error, "403 InvalidAccessKeyId");
+  CHECK_THROWS_CKPT(ckpt::restore<State>("s3://bkt/creds/a"), ckpt::Error, "check AWS_ACCESS_KEY_ID");
+  ckpt::s3::configure(server.options());
+  CHECK_THROWS_CKPT(ckpt::restore<State>("s3://no-such-bucket/a"), ckpt::Error, "NoSuchBucket");
+}
+
+TEST_CASE("storage: a stalled S3 server times out within the configured time") {
+  REQUIRE_S3();
+  auto opts = server.options();
+  opts.stall_timeout = 1000ms;
+  opts.max_retries = 1;
+  ckpt::s3::configure(opts);
+  ::kill(server.pid(), SIGSTOP);  // accepts connections (the kernel does), answers nothing
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_CKPT(ckpt::save("s3://bkt/slow/a", make_state(1, 10)), ckpt::Error, "after 2 attempts");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ::kill(server.pid(), SIGCONT);
+  CHECK(took < 10s);
+  ckpt::s3::configure(server.options());
+  CHECK_THROWS_CKPT(ckpt::restore<State>("s3://bkt/slow/a"), ckpt::Error, "no checkpoint here");
+}
+
+TEST_CASE("storage: an S3 server killed mid-save leaves no checkpoint and the previous step intact") {
+  REQUIRE_S3();
+  auto opts = server.options();
+  opts.connections = 2;
+  opts.max_send_speed = std::uint64_t{3} << 20;  // 24 MiB at 2 x 3 MiB/s: about 4 s
+  ckpt::s3::configure(opts);
+  const State first = make_state(1, 1000);
+  {
+    ckpt::CheckpointManager<State, ckpt::async_save, ckpt::s3> mgr("bkt/killed");
+    mgr.save(1, first);
+    mgr.wait_until_finished();
+    mgr.save(2, make_state(2, std::size_t{6} << 20));
+    std::this_thread::sleep_for(700ms);
+    server.kill_now();
+    CHECK_THROWS_AS(mgr.wait_until_finished(), ckpt::Error);
+    CHECK(mgr.all_steps() == Steps{1});
+  }
+  server.start();  // same port, same data directory
+  ckpt::s3::configure(server.options());
+  ckpt::CheckpointManager<State, ckpt::s3> after("bkt/killed");
+  CHECK(after.all_steps() == Steps{1});
+  check_same(after.restore(), first);
+  CHECK(ckpt::storage::s3_bucket("bkt")->list("killed/2/").empty());
+  CHECK_THROWS_CKPT(ckpt::restore<State>("s3://bkt/killed/2"), ckpt::Error, "no checkpoint here");
+}
+
+struct Run {
+  int rc;
+  std::string out, err;
+};
+inline Run shell(const std::string& cmd) {
+  test::TempDir tmp;
+  const int st = std::system((cmd + " >" + (tmp / "out").string() + " 2>" + (tmp / "err").string()).c_str());
+  auto slurp = [](const fs::path& p) {
+    auto v = test::read_bytes(p);
+    return std::string(v.begin(), v.end());
+  };
+  return {WEXITSTATUS(st), slurp(tmp / "out"), slurp(tmp / "err")};
+}
+
+TEST_CASE("storage: the ckpt tool lists, reads, verifies and converts s3:// checkpoints, credentials from AWS_*") {
+  REQUIRE_S3();
+  INFO("CKPT_CLI = " << CKPT_CLI << " (build it: the ckpt_cli target)");
+  REQUIRE(fs::exists(CKPT_CLI));
+  const State s = make_state(5, 2000);
+  {
+    ckpt::CheckpointManager<State, ckpt::s3> mgr("bkt/cli");
+    mgr.save(5, s, {{"loss", 0.5}});
+  }
+  const std::string env = "env AWS_ENDPOINT_URL=" + server.endpoint() +
+                          " AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1 " + CKPT_CLI;
+  auto r = shell(env + " ls --json s3://bkt/cli");
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("\"step\":5") != std::string::npos);
+  CHECK(r.out.find("\"loss\":0.5") != std::string::npos);
+  r = shell(env + " tree s3://bkt/cli/5");
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("weights") != std::string::npos);
+  CHECK(shell(env + " verify s3://bkt/cli/5").rc == 0);
+  test::TempDir tmp;
+  r = shell(env + " convert s3://bkt/cli/5 " + (tmp / "local").string() + " --to native");
+  CHECK(r.rc == 0);
+  check_same(ckpt::restore<State>(tmp / "local"), s);
+  CHECK(shell(env + " convert " + (tmp / "local").string() + " s3://bkt/cli/copy --to native").rc == 0);
+  check_same(ckpt::restore<State>("s3://bkt/cli/copy"), s);
+  CHECK(shell(env + " diff s3://bkt/cli/5 s3://bkt/cli/copy").rc == 0);
+  r = shell(env + " convert s3://bkt/cli/5 s3://bkt/cli/z --to zarr");
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("only the native format") != std::string::npos);
+  r = shell("env AWS_ENDPOINT_URL=" + server.endpoint() + " AWS_ACCESS_KEY_ID=nobody AWS_SECRET_ACCESS_KEY=x " +
+            CKPT_CLI + " tree s3://bkt/cli/5");
+  CHECK(r.rc == 2);
+  INFO(r.err);
+  CHECK(r.err.find("HTTP 403") != std::string::npos);  // a HEAD first: no error document, just the status
+  CHECK(r.err.find("check AWS_ACCESS_KEY_ID") != std::string::npos);
+  auto st = ckpt::storage::s3_bucket("bkt");
+  st->remove(st->list("cli/"));
+}
+
+#endif  // CKPT_HAVE_S3
+
+}  // namespace storage_test
