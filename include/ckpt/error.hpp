@@ -106,6 +106,13 @@ class ReadOnlyError : public Error {
   using Error::Error;
 };
 
+// A progress callback (SaveOptions::progress, RestoreOptions::progress) returned false:
+// the work stopped, and a save left no checkpoint behind.
+class CancelledError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A string read from a checkpoint, quoted for an error message: bytes outside printable
 // ASCII become \xNN, since a NUL would cut what() short and others garble terminals.
 inline std::string quote_for_message(std::string_view s) {

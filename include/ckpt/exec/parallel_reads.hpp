@@ -11,11 +11,14 @@
 #include <cstddef>
 #include <exception>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <span>
 #include <thread>
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/exec/progress_tracker.hpp>
 #include <ckpt/index.hpp>
 
 namespace ckpt::exec {
@@ -29,6 +32,11 @@ class ReadQueue final : public DeferredReads {
 
   // Runs every queued read; rethrows the first failure after all threads stop.
   void run();
+  // Reports the reads' progress to fn (issue 11); the checkpoint names a cancellation.
+  void set_progress(ProgressFn fn, std::string checkpoint) {
+    progress_fn_ = std::move(fn);
+    progress_checkpoint_ = std::move(checkpoint);
+  }
 
  private:
   struct Job {
@@ -39,6 +47,8 @@ class ReadQueue final : public DeferredReads {
   };
   std::vector<Job> jobs_;
   std::size_t bytes_ = 0;
+  ProgressFn progress_fn_;
+  std::string progress_checkpoint_;
 };
 
 #if CKPT_DEFINE_API
@@ -50,11 +60,14 @@ CKPT_API void ReadQueue::run() {
   std::atomic<std::size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mutex;
+  std::optional<ProgressTracker> progress;
+  if (progress_fn_) progress.emplace(progress_fn_, bytes_, jobs_.size(), progress_checkpoint_);
   auto worker = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < jobs_.size();) {
       const Job& j = jobs_[i];
       try {
         j.index->read(*j.entry, j.dst, j.verify);
+        if (progress) progress->add(j.dst.size(), 1);
       } catch (...) {
         const std::lock_guard lock(error_mutex);
         if (!error) error = std::current_exception();
@@ -72,6 +85,7 @@ CKPT_API void ReadQueue::run() {
   jobs_.clear();
   bytes_ = 0;
   if (error) std::rethrow_exception(error);
+  if (progress) progress->finish();
 }
 #endif
 

@@ -36,6 +36,7 @@ struct StepMetadata {
   Metrics metrics{};
   nlohmann::json custom_metadata{};  // null when none was given
   std::map<std::string, std::string> items{};
+  nlohmann::json save_stats{};  // SaveStats::to_json() (issue 11); null when absent
 
   std::chrono::system_clock::time_point init_time() const {
     return std::chrono::system_clock::time_point(
@@ -57,6 +58,7 @@ inline std::string encode(const StepMetadata& m) {
                       {"custom_metadata", m.custom_metadata},
                       {"items", m.items}};
   for (const auto& [k, v] : m.metrics) j["metrics"][k] = v;  // NaN and infinities become null
+  if (!m.save_stats.is_null()) j["save_stats"] = m.save_stats;
   return j.dump(1);
 }
 
@@ -98,6 +100,7 @@ inline StepMetadata read_step_metadata(const std::filesystem::path& dir) {
     if (const auto it = j.find("custom_metadata"); it != j.end()) m.custom_metadata = *it;
     if (const auto it = j.find("items"); it != j.end() && !it->is_null())
       m.items = it->get<std::map<std::string, std::string>>();
+    if (const auto it = j.find("save_stats"); it != j.end() && it->is_object()) m.save_stats = *it;
   } catch (const std::exception& e) {
     throw CorruptCheckpointError(dir.string(), "",
                                  std::string(step_metadata_file) + " is not valid step metadata: " + e.what());

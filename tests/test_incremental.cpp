@@ -1,0 +1,273 @@
+// Issue 11: incremental manager saves (unchanged leaves hard-linked from the previous
+// step), progress callbacks on save / restore / manager (cancellable), and the
+// manager's save figures (hook and _CHECKPOINT_METADATA).
+#include "support.hpp"
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace incremental_test {
+
+namespace fs = std::filesystem;
+
+struct Model {
+  std::int64_t step = 0;
+  std::vector<float> embed;   // frozen: 2 MiB
+  std::vector<float> trunk;   // frozen: 1.5 MiB
+  std::vector<float> head;    // trained: 1 MiB
+  std::vector<float> bias;    // small: 64 bytes, shared data file or inline
+};
+
+Model make_model(std::int64_t step) {
+  Model m;
+  m.step = step;
+  m.embed.resize(512 * 1024);
+  m.trunk.resize(384 * 1024);
+  m.head.resize(256 * 1024);
+  m.bias.resize(16);
+  for (std::size_t i = 0; i < m.embed.size(); ++i) m.embed[i] = static_cast<float>(i % 1000) * 0.25f;
+  for (std::size_t i = 0; i < m.trunk.size(); ++i) m.trunk[i] = static_cast<float>(i % 777) * 0.5f;
+  for (std::size_t i = 0; i < m.head.size(); ++i) m.head[i] = static_cast<float>(step) + static_cast<float>(i % 99);
+  for (std::size_t i = 0; i < m.bias.size(); ++i) m.bias[i] = static_cast<float>(step * 100 + static_cast<std::int64_t>(i));
+  return m;
+}
+
+bool same(const Model& a, const Model& b) {
+  return a.step == b.step && a.embed == b.embed && a.trunk == b.trunk && a.head == b.head && a.bias == b.bias;
+}
+
+// The data file holding a leaf of a committed native checkpoint.
+fs::path file_of(const fs::path& dir, const std::string& leaf) {
+  const auto index = ckpt::native::open(dir);
+  for (const auto& e : index->entries())
+    if (e.path.str() == leaf) return dir / e.file;
+  FAIL("no leaf " << leaf << " in " << dir);
+  return {};
+}
+
+struct stat stat_of(const fs::path& p) {
+  struct stat st {};
+  REQUIRE(::stat(p.c_str(), &st) == 0);
+  return st;
+}
+
+bool same_inode(const fs::path& a, const fs::path& b) {
+  const auto sa = stat_of(a), sb = stat_of(b);
+  return sa.st_ino == sb.st_ino && sa.st_dev == sb.st_dev;
+}
+
+// Sum of st_blocks of every file under dir counted once per inode (what du reports).
+std::uint64_t disk_bytes(const fs::path& dir) {
+  std::set<std::pair<dev_t, ino_t>> seen;
+  std::uint64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const auto st = stat_of(e.path());
+    if (seen.insert({st.st_dev, st.st_ino}).second) n += static_cast<std::uint64_t>(st.st_size);
+  }
+  return n;
+}
+
+nlohmann::json step_metadata_json(const fs::path& step_dir) {
+  const auto bytes = test::read_bytes(step_dir / "_CHECKPOINT_METADATA");
+  return nlohmann::json::parse(bytes.begin(), bytes.end());
+}
+
+TEST_CASE("incremental: unchanged leaves are hard-linked, changed ones written, every step restores alone") {
+  test::TempDir tmp;
+  std::vector<ckpt::SaveStats> stats;
+  std::mutex mu;
+  ckpt::CheckpointManager<Model> mgr(tmp / "run", {.incremental = true, .on_save = [&](const ckpt::SaveStats& s) {
+                                                     std::lock_guard lock(mu);
+                                                     stats.push_back(s);
+                                                   }});
+  const Model m1 = make_model(1), m2 = make_model(2);
+  REQUIRE(mgr.save(1, m1));
+  REQUIRE(mgr.save(2, m2));
+  const fs::path s1 = mgr.step_directory(1), s2 = mgr.step_directory(2);
+
+  CHECK(same_inode(file_of(s1, "embed"), file_of(s2, "embed")));
+  CHECK(same_inode(file_of(s1, "trunk"), file_of(s2, "trunk")));
+  CHECK_FALSE(same_inode(file_of(s1, "head"), file_of(s2, "head")));
+  CHECK(stat_of(file_of(s2, "embed")).st_nlink == 2);
+
+  REQUIRE(stats.size() == 2);
+  CHECK(stats[0].incremental);
+  CHECK(stats[0].leaves_linked == 0);
+  CHECK(stats[0].bytes_linked == 0);
+  CHECK(stats[0].bytes == ckpt::take_snapshot(m1).total_bytes());
+  CHECK(stats[1].leaves_linked == 2);
+  CHECK(stats[1].bytes_linked == (m2.embed.size() + m2.trunk.size()) * sizeof(float));
+  CHECK(stats[1].bytes_written == stats[1].bytes - stats[1].bytes_linked);
+  CHECK(stats[1].write_seconds > 0);
+  CHECK(stats[1].blocking_seconds >= 0);
+  CHECK(stats[1].gb_per_second() > 0);
+
+  // The figures are in the step's metadata too.
+  const auto j = step_metadata_json(s2);
+  REQUIRE(j.contains("save_stats"));
+  CHECK(j["save_stats"]["bytes_linked"].get<std::uint64_t>() == stats[1].bytes_linked);
+  CHECK(j["save_stats"]["incremental"].get<bool>());
+
+  // Disk use grows by the changed bytes (plus the small ones and the manifest).
+  const std::uint64_t one = disk_bytes(s1);
+  const std::uint64_t both = disk_bytes(tmp / "run");
+  CHECK(both - one < m2.head.size() * sizeof(float) + 64 * 1024);
+
+  // Plain restore and a full read with checksums, no manager involved.
+  CHECK(same(ckpt::restore<Model>(s1), m1));
+  CHECK(same(ckpt::restore<Model>(s2), m2));
+  CHECK_NOTHROW(ckpt::restore_tree(s2));
+}
+
+TEST_CASE("incremental: deleting older steps never breaks a newer one; a step copies as a whole checkpoint") {
+  test::TempDir tmp;
+  Model m = make_model(1);
+  {
+    ckpt::CheckpointManager<Model> mgr(tmp / "run", {.max_to_keep = 1, .incremental = true});
+    for (std::int64_t s = 1; s <= 3; ++s) {
+      m = make_model(s);
+      REQUIRE(mgr.save(s, m));
+    }
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{3});
+    CHECK(same(mgr.restore(), m));
+    mgr.delete_step(3);
+    CHECK(mgr.all_steps().empty());
+    REQUIRE(mgr.save(4, make_model(4)));  // no previous step: everything written
+    CHECK(same(ckpt::restore<Model>(mgr.step_directory(4)), make_model(4)));
+  }
+  {
+    ckpt::CheckpointManager<Model> mgr(tmp / "run2", {.incremental = true});
+    REQUIRE(mgr.save(1, make_model(1)));
+    REQUIRE(mgr.save(2, make_model(2)));
+    // A plain recursive copy (cp -r) carries the bytes, not the links.
+    fs::copy(mgr.step_directory(2), tmp / "copy", fs::copy_options::recursive);
+    mgr.delete_step(1);
+    fs::remove_all(mgr.step_directory(2));  // behind the manager's back
+  }
+  CHECK(same(ckpt::restore<Model>(tmp / "copy"), make_model(2)));
+  CHECK(stat_of(file_of(tmp / "copy", "embed")).st_nlink == 1);
+  CHECK_NOTHROW(ckpt::restore_tree(tmp / "copy"));
+}
+
+TEST_CASE("incremental: a change anywhere in a leaf is seen; a missing or damaged base is written over") {
+  test::TempDir tmp;
+  std::vector<ckpt::SaveStats> stats;
+  ckpt::CheckpointManager<Model, ckpt::async_save> mgr(
+      tmp / "run", {.incremental = true, .on_save = [&](const ckpt::SaveStats& s) { stats.push_back(s); }});
+  Model m = make_model(1);
+  REQUIRE(mgr.save(1, m));
+  m.step = 2;
+  m.embed.back() += 1.0f;  // the last byte of a 2 MiB leaf
+  REQUIRE(mgr.save(2, m));
+  mgr.wait_until_finished();
+  REQUIRE(stats.size() == 2);
+  CHECK(stats[1].leaves_linked == 2);  // trunk and head, not embed
+  CHECK_FALSE(same_inode(file_of(mgr.step_directory(1), "embed"), file_of(mgr.step_directory(2), "embed")));
+  CHECK(same(mgr.restore(2), m));
+
+  // The base's manifest is unreadable: step 3 writes every leaf, and still restores.
+  test::write_bytes(mgr.step_directory(2) / "manifest", {'x'});
+  m.step = 3;
+  REQUIRE(mgr.save(3, m));
+  mgr.wait_until_finished();
+  CHECK(stats.back().leaves_linked == 0);
+  CHECK(same(mgr.restore(3), m));
+  CHECK_NOTHROW(ckpt::restore_tree(mgr.step_directory(3)));
+
+  // A leaf that changes shape is written, whatever its hash.
+  m.step = 4;
+  m.trunk.resize(m.trunk.size() / 2);
+  REQUIRE(mgr.save(4, m));
+  mgr.wait_until_finished();
+  CHECK(same(mgr.restore(4), m));
+}
+
+TEST_CASE("progress: save and restore report bytes and leaves, bounded, ending at the totals") {
+  test::TempDir tmp;
+  const Model m = make_model(7);
+  const auto total = ckpt::take_snapshot(m).total_bytes();
+  std::vector<ckpt::Progress> seen;
+  std::mutex mu;
+  auto record = [&](const ckpt::Progress& p) {
+    std::lock_guard lock(mu);
+    seen.push_back(p);
+    return true;
+  };
+  ckpt::save(tmp / "a", m, {.data_files = 3, .progress = record});
+  REQUIRE(seen.size() >= 2);
+  CHECK(seen.front().bytes_done == 0);
+  CHECK(seen.back().bytes_done == total);
+  CHECK(seen.back().bytes_total == total);
+  CHECK(seen.back().leaves_done == seen.back().leaves_total);
+  CHECK(seen.back().leaves_total == 5);
+  for (std::size_t i = 1; i < seen.size(); ++i) CHECK(seen[i].bytes_done >= seen[i - 1].bytes_done);
+  // Bounded rate: a few megabytes written in milliseconds give a handful of calls, not one per piece.
+  CHECK(seen.size() <= 6);
+
+  seen.clear();
+  Model r;
+  r = ckpt::restore<Model>(tmp / "a", {.progress = record});
+  CHECK(same(r, m));
+  REQUIRE(seen.size() >= 2);
+  CHECK(seen.back().bytes_done == seen.back().bytes_total);
+  CHECK(seen.back().leaves_done == seen.back().leaves_total);
+  CHECK(seen.back().bytes_total >= (m.embed.size() + m.trunk.size() + m.head.size()) * sizeof(float));
+}
+
+TEST_CASE("progress: returning false cancels cleanly, leaving no checkpoint") {
+  test::TempDir tmp;
+  const Model m = make_model(7);
+  auto stop_after_first = [](const ckpt::Progress& p) { return p.bytes_done == 0; };
+  CHECK_THROWS_CKPT(ckpt::save(tmp / "a", m, {.progress = stop_after_first}), ckpt::CancelledError,
+                    "cancelled by the progress callback");
+  CHECK_FALSE(fs::exists(tmp / "a"));
+  CHECK(fs::is_empty(tmp.path()));  // no .tmp- staging directory left either
+
+  ckpt::save(tmp / "b", m);
+  Model r;
+  CHECK_THROWS_CKPT(ckpt::restore_into(tmp / "b", r, {.progress = [](const ckpt::Progress&) { return false; }}),
+                    ckpt::CancelledError, (tmp / "b").string().c_str());
+
+  // In a manager, sync and async, plain and incremental: the step does not appear.
+  for (bool incremental : {false, true}) {
+    CAPTURE(incremental);
+    test::TempDir run;
+    ckpt::ManagerOptions o{.incremental = incremental};
+    std::atomic<bool> cancel{false};
+    o.save_options.progress = [&](const ckpt::Progress& p) { return !(cancel && p.bytes_done > 0); };
+    ckpt::CheckpointManager<Model, ckpt::async_save> mgr(run.path(), o);
+    REQUIRE(mgr.save(1, m));
+    mgr.wait_until_finished();
+    cancel = true;
+    REQUIRE(mgr.save(2, make_model(2)));
+    CHECK_THROWS_CKPT(mgr.wait_until_finished(), ckpt::BackgroundSaveError, "cancelled by the progress callback");
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{1});
+    CHECK_FALSE(fs::exists(mgr.step_directory(2)));
+    cancel = false;
+    REQUIRE(mgr.save(3, make_model(3)));
+    mgr.wait_until_finished();
+    CHECK(same(mgr.restore(3), make_model(3)));
+  }
+}
+
+TEST_CASE("save figures: a plain manager reports them too") {
+  test::TempDir tmp;
+  std::optional<ckpt::SaveStats> last;
+  ckpt::CheckpointManager<Model> mgr(tmp.path(), {.on_save = [&](const ckpt::SaveStats& s) { last = s; }});
+  REQUIRE(mgr.save(5, make_model(5)));
+  REQUIRE(last);
+  CHECK(last->step == 5);
+  CHECK_FALSE(last->incremental);
+  CHECK(last->bytes_written == last->bytes);
+  CHECK(last->bytes_linked == 0);
+  const auto j = step_metadata_json(mgr.step_directory(5));
+  CHECK(j["save_stats"]["bytes"].get<std::uint64_t>() == last->bytes);
+  CHECK(j["save_stats"]["write_seconds"].get<double>() > 0);
+}
+
+}  // namespace incremental_test
