@@ -270,4 +270,126 @@ TEST_CASE("save figures: a plain manager reports them too") {
   CHECK(j["save_stats"]["write_seconds"].get<double>() > 0);
 }
 
+// ---- format version 2: per-chunk checksums, parts of one leaf read by several threads ----
+
+struct Big {
+  std::vector<float> big;    // 40 MiB: read as five 8 MiB parts
+  std::vector<float> mid;    // 3 MiB: chunked, read whole
+  std::vector<float> small;  // 256 KiB: one checksum, as in version 1
+};
+
+Big make_big() {
+  Big b;
+  b.big.resize(10 * 1024 * 1024);
+  b.mid.resize(768 * 1024);
+  b.small.resize(64 * 1024);
+  for (std::size_t i = 0; i < b.big.size(); ++i) b.big[i] = static_cast<float>(i % 65521);
+  for (std::size_t i = 0; i < b.mid.size(); ++i) b.mid[i] = static_cast<float>(i % 4099) * 0.5f;
+  for (std::size_t i = 0; i < b.small.size(); ++i) b.small[i] = static_cast<float>(i);
+  return b;
+}
+
+// Flips one byte of a data file at the leaf's offset + at.
+void flip(const fs::path& dir, const std::string& leaf, std::uint64_t at) {
+  const auto index = ckpt::native::open(dir);
+  for (const auto& e : index->entries())
+    if (e.path.str() == leaf) {
+      std::fstream f(dir / e.file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(static_cast<std::streamoff>(e.offset + at));
+      char c = 0;
+      f.read(&c, 1);
+      c = static_cast<char>(c ^ 0x5a);
+      f.seekp(static_cast<std::streamoff>(e.offset + at));
+      f.write(&c, 1);
+      return;
+    }
+  FAIL("no leaf " << leaf);
+}
+
+TEST_CASE("format version 2: chunk checksums, verified part by part; version 1 still reads") {
+  test::TempDir tmp;
+  const Big b = make_big();
+  ckpt::save(tmp / "v2", b, {.data_files = 2});
+  const auto index = ckpt::native::open(tmp / "v2");
+  CHECK(index->info().format_version == 2);
+  for (const auto& e : index->entries()) {
+    CAPTURE(e.path.str());
+    if (e.length > (1u << 20)) {
+      CHECK(e.chunk_bytes == (1u << 20));
+      CHECK(e.chunk_xxh3.size() == (e.length + (1u << 20) - 1) / (1u << 20));
+      CHECK(index->reads_parts(e));
+    } else {
+      CHECK(e.chunk_xxh3.empty());
+    }
+  }
+  std::atomic<int> calls{0};
+  const Big r = ckpt::restore<Big>(tmp / "v2", {.progress = [&](const ckpt::Progress&) {
+    ++calls;
+    return true;
+  }});
+  CHECK(calls >= 2);
+  CHECK((r.big == b.big && r.mid == b.mid && r.small == b.small));
+  Big into = make_big();
+  std::fill(into.big.begin(), into.big.end(), 0.0f);
+  ckpt::restore_into(tmp / "v2", into);
+  CHECK(into.big == b.big);
+
+  // A checkpoint without large leaves is written as version 1, which older readers read.
+  ckpt::save(tmp / "small", test::StepOnly{3});
+  CHECK(ckpt::native::open(tmp / "small")->info().format_version == 1);
+
+  // A flipped byte is found in its chunk, in a part read by any thread, and by a whole read.
+  fs::copy(tmp / "v2", tmp / "bad", fs::copy_options::recursive);
+  flip(tmp / "bad", "big", 17 * (1u << 20) + 5);
+  CHECK_THROWS_CKPT(ckpt::restore<Big>(tmp / "bad"), ckpt::CorruptCheckpointError,
+                    "big: checksum mismatch in bytes [17825792, +1048576)");
+  CHECK_THROWS_CKPT(ckpt::restore_tree(tmp / "bad"), ckpt::CorruptCheckpointError, "checksum mismatch in bytes");
+  CHECK_NOTHROW(ckpt::restore<Big>(tmp / "bad", {.verify_checksums = false}));
+
+  // A version 1 checkpoint (whole-leaf checksums, as every earlier release wrote) reads,
+  // and its checksums are still checked.
+  fs::copy(tmp / "v2", tmp / "v1", fs::copy_options::recursive);
+  {
+    std::vector<ckpt::IndexEntry> entries = index->entries();
+    for (auto& e : entries) {
+      if (e.chunk_xxh3.empty()) continue;
+      std::vector<std::byte> bytes(e.length);
+      index->read(e, bytes);
+      e.checksum = ckpt::io::xxh3(bytes);
+      e.chunk_xxh3.clear();
+      e.chunk_bytes = 0;
+    }
+    const auto m = ckpt::native_format::encode_manifest(index->info(), entries);
+    const auto mb = std::as_bytes(std::span(m));
+    fs::remove(tmp / "v1" / "manifest");
+    fs::remove(tmp / "v1" / "commit");
+    ckpt::io::write_file_synced(tmp / "v1" / "manifest", mb);
+    const std::string c = ckpt::native_format::encode_commit({m.size(), ckpt::io::xxh3(mb)});
+    ckpt::io::write_file_synced(tmp / "v1" / "commit", std::as_bytes(std::span(c)));
+  }
+  CHECK(ckpt::native::open(tmp / "v1")->info().format_version == 1);
+  const Big r1 = ckpt::restore<Big>(tmp / "v1");
+  CHECK((r1.big == b.big && r1.mid == b.mid && r1.small == b.small));
+  flip(tmp / "v1", "mid", 3);
+  CHECK_THROWS_CKPT(ckpt::restore<Big>(tmp / "v1"), ckpt::CorruptCheckpointError, "mid: checksum mismatch");
+}
+
+TEST_CASE("format version 2: chunk checksums that disagree with the leaf's are refused") {
+  test::TempDir tmp;
+  ckpt::save(tmp / "c", make_big());
+  const auto index = ckpt::native::open(tmp / "c");
+  std::vector<ckpt::IndexEntry> entries = index->entries();
+  for (auto& e : entries)
+    if (!e.chunk_xxh3.empty()) e.chunk_xxh3[1] ^= 1;
+  const auto m = ckpt::native_format::encode_manifest(index->info(), entries);
+  const auto mb = std::as_bytes(std::span(m));
+  fs::remove(tmp / "c" / "manifest");
+  fs::remove(tmp / "c" / "commit");
+  ckpt::io::write_file_synced(tmp / "c" / "manifest", mb);
+  const std::string c = ckpt::native_format::encode_commit({m.size(), ckpt::io::xxh3(mb)});
+  ckpt::io::write_file_synced(tmp / "c" / "commit", std::as_bytes(std::span(c)));
+  CHECK_THROWS_CKPT(ckpt::restore<Big>(tmp / "c"), ckpt::CorruptCheckpointError,
+                    "chunk checksums do not match the leaf's xxh3");
+}
+
 }  // namespace incremental_test

@@ -29,6 +29,11 @@ struct IndexEntry {
   std::string codec = "raw";
   std::uint64_t checksum = 0;  // xxh3-64 of the leaf's bytes
   std::span<const std::byte> inline_bytes;  // into memory the Index keeps alive
+  // Native format v2 (issue 11): the xxh3 of each chunk_bytes-long piece of a leaf
+  // longer than one chunk, so that parts of one leaf are read and verified by several
+  // threads; checksum is then the xxh3 of these (as little-endian u64s). Else empty.
+  std::uint64_t chunk_bytes = 0;
+  std::vector<std::uint64_t> chunk_xxh3{};
 };
 
 class Index;
@@ -39,6 +44,13 @@ class IndexReader {
   virtual ~IndexReader() = default;
   // Reads the whole leaf into dst (dst.size() == e.length), verifying its checksum when asked.
   virtual void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const = 0;
+  // Whether read_part works for e: the format records per-chunk checksums (issue 11).
+  virtual bool reads_parts(const IndexEntry&) const { return false; }
+  // Reads bytes [offset, offset + dst.size()) of the leaf (offset on a chunk boundary,
+  // the end on one or at the leaf's end), verifying those chunks when asked.
+  virtual void read_part(const Index&, const IndexEntry&, std::uint64_t, std::span<std::byte>, bool) const {
+    throw Error("this format reads whole leaves only");
+  }
 };
 
 struct IndexInfo {
@@ -84,6 +96,11 @@ class Index {
   std::vector<std::string> children(const Path& p) const;
   // Reads a leaf's bytes into dst (dst.size() == e.length), verifying its checksum when asked.
   void read(const IndexEntry& e, std::span<std::byte> dst, bool verify = true) const;
+  // Parts of a leaf, when reads_parts(e) (see IndexReader::read_part).
+  bool reads_parts(const IndexEntry& e) const { return reader_->reads_parts(e); }
+  void read_part(const IndexEntry& e, std::uint64_t offset, std::span<std::byte> dst, bool verify) const {
+    reader_->read_part(*this, e, offset, dst, verify);
+  }
 
  private:
   static bool starts_with(const std::vector<std::string>& v, const std::vector<std::string>& pre) {

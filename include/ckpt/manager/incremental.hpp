@@ -70,6 +70,8 @@ struct BaseLeaf {
   std::vector<std::int64_t> shape;
   std::uint64_t length;
   std::uint64_t checksum;
+  std::uint64_t chunk_bytes;
+  std::vector<std::uint64_t> chunks;  // format version 2: per-chunk xxh3
 };
 
 // Leaves of the previous step that sit alone in a data file at offset 0, by path.
@@ -87,16 +89,20 @@ inline std::map<std::string, BaseLeaf> linkable_leaves(const fs::path& base) {
     if (!e.file.empty()) ++per_file[e.file];
   for (const auto& e : index->entries())
     if (!e.file.empty() && e.offset == 0 && per_file[e.file] == 1 && e.codec == "raw")
-      out.emplace(e.path.str(), BaseLeaf{e.file, e.type, e.shape, e.length, e.checksum});
+      out.emplace(e.path.str(), BaseLeaf{e.file, e.type, e.shape, e.length, e.checksum, e.chunk_bytes, e.chunk_xxh3});
   return out;
 }
 
-// Writes one leaf alone into `file` (no padding), hashing nothing: the caller has the checksum.
-inline void write_own_file(const fs::path& file, std::span<const std::byte> bytes, exec::ProgressTracker& progress) {
+// Writes one leaf alone into `file` (no padding). chunks holds the checksums of its
+// first chunks (hashed while comparing with the previous step); the rest are hashed
+// here, each just before it is written, while it is in cache.
+inline void write_own_file(const fs::path& file, std::span<const std::byte> bytes, std::vector<std::uint64_t>& chunks,
+                           exec::ProgressTracker& progress) {
   io::File f = io::File::create(file);
   std::uint64_t flushed = 0;
-  for (std::size_t done = 0; done < bytes.size(); done += detail::native::write_piece) {
+  for (std::size_t done = 0, k = 0; done < bytes.size(); done += detail::native::write_piece, ++k) {
     const auto part = bytes.subspan(done, std::min(detail::native::write_piece, bytes.size() - done));
+    if (k >= chunks.size()) chunks.push_back(io::xxh3(part));
     io::write_all(f, part, file);
     progress.add(part.size(), 0);
     const std::uint64_t written = done + part.size();
@@ -183,18 +189,43 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
         const std::size_t i = own[k];
         IndexEntry& e = entries[i];
         const auto bytes = snap.leaves[i].data.view;
-        e.checksum = io::xxh3(bytes);  // the manifest's checksum, and how "unchanged" is known
         const fs::path target = dir / e.file;
+        // "Unchanged" is known by the chunk checksums the manifest records anyway: the
+        // leaf is hashed chunk by chunk against the previous step's, stopping at the
+        // first difference (a changed leaf then costs one extra chunk hash, no more).
+        constexpr std::uint64_t chunk = checksum_chunk_bytes;
+        const std::size_t nchunks = static_cast<std::size_t>((e.length + chunk - 1) / chunk);
+        std::vector<std::uint64_t> chunks;
+        chunks.reserve(nchunks);
         if (const auto it = previous.find(e.path.str()); it != previous.end()) {
           const BaseLeaf& b = it->second;
-          if (b.checksum == e.checksum && b.type == e.type && b.shape == e.shape && b.length == e.length &&
-              ::link((base / b.file).c_str(), target.c_str()) == 0) {
+          const bool comparable = b.type == e.type && b.shape == e.shape && b.length == e.length &&
+                                  (nchunks > 1 ? b.chunk_bytes == chunk && b.chunks.size() == nchunks : b.chunks.empty());
+          bool same = comparable;
+          for (std::size_t c = 0; same && c < nchunks; ++c) {
+            const std::size_t at = static_cast<std::size_t>(c * chunk);
+            chunks.push_back(io::xxh3(bytes.subspan(at, std::min<std::size_t>(chunk, bytes.size() - at))));
+            same = nchunks > 1 ? chunks.back() == b.chunks[c] : chunks.back() == b.checksum;
+          }
+          if (same && ::link((base / b.file).c_str(), target.c_str()) == 0) {
+            e.checksum = b.checksum;
+            if (nchunks > 1) {
+              e.chunk_bytes = chunk;
+              e.chunk_xxh3 = std::move(chunks);
+            }
             linked[k] = e.length;
             progress.add(e.length, 1);
             continue;
           }
         }
-        write_own_file(target, bytes, progress);
+        write_own_file(target, bytes, chunks, progress);
+        if (nchunks > 1) {
+          e.checksum = chunk_list_xxh3(chunks);
+          e.chunk_bytes = chunk;
+          e.chunk_xxh3 = std::move(chunks);
+        } else {
+          e.checksum = chunks.front();
+        }
         progress.add(0, 1);
       } catch (...) {
         const std::lock_guard lock(error_mutex);

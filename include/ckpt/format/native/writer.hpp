@@ -82,14 +82,20 @@ inline void write_data_file(const std::filesystem::path& file, const Snapshot& s
       add(bytes.data(), bytes.size());
       if (progress) progress->add(bytes.size(), 0);  // progress (issue 11)
     } else {
-      io::Xxh3Stream hash;
+      // Format version 2 (issue 11): one checksum per chunk (= piece), so that a reader
+      // verifies parts of the leaf on several threads; the leaf's is theirs hashed.
+      static_assert(write_piece == checksum_chunk_bytes);
+      std::vector<std::uint64_t> chunks;
+      chunks.reserve(bytes.size() / write_piece + 1);
       for (std::size_t done = 0; done < bytes.size(); done += write_piece) {
         const auto part = bytes.subspan(done, std::min(write_piece, bytes.size() - done));
-        hash.update(part);
+        chunks.push_back(io::xxh3(part));
         add(part.data(), part.size());
         if (progress) progress->add(part.size(), 0);  // progress (issue 11)
       }
-      entries[i].checksum = hash.digest();
+      entries[i].checksum = chunk_list_xxh3(chunks);
+      entries[i].chunk_bytes = checksum_chunk_bytes;
+      entries[i].chunk_xxh3 = std::move(chunks);
     }
     const std::size_t pad = static_cast<std::size_t>((alignment - bytes.size() % alignment) % alignment);
     if (pad) add(zero_page(), pad);
