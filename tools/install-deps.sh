@@ -22,6 +22,8 @@ apt_packages=(
   libxtensor-dev xtl-dev doctest-dev
   libzstd-dev zlib1g-dev libxxhash-dev libsnappy-dev nlohmann-json3-dev libcli11-dev
   libblosc-dev liblz4-dev libbz2-dev
+  # bench/bench_peers.cpp compares with these (optional: the bench builds without them)
+  libhdf5-dev libcereal-dev
   # used by interop tests through /usr/bin/python3
   python3-zarr python3-numpy python3-msgpack python3-numcodecs python3-zstandard
 )

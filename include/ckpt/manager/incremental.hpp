@@ -96,8 +96,11 @@ inline std::map<std::string, BaseLeaf> linkable_leaves(const fs::path& base) {
 // Writes one leaf alone into `file` (no padding). chunks holds the checksums of its
 // first chunks (hashed while comparing with the previous step); the rest are hashed
 // here, each just before it is written, while it is in cache.
-inline void write_own_file(const fs::path& file, std::span<const std::byte> bytes, std::vector<std::uint64_t>& chunks,
-                           exec::ProgressTracker& progress) {
+// The file is returned open and not yet fsynced: the caller syncs every new file at
+// the end, on several threads at once, so that their journal commits overlap instead
+// of queueing one after another (one fsync per leaf, in turn, doubled the save time).
+inline io::File write_own_file(const fs::path& file, std::span<const std::byte> bytes,
+                               std::vector<std::uint64_t>& chunks, exec::ProgressTracker& progress) {
   io::File f = io::File::create(file);
   std::uint64_t flushed = 0;
   for (std::size_t done = 0, k = 0; done < bytes.size(); done += detail::native::write_piece, ++k) {
@@ -111,7 +114,8 @@ inline void write_own_file(const fs::path& file, std::span<const std::byte> byte
       flushed = written;
     }
   }
-  f.sync(file);
+  detail::native::start_writeback(f, flushed, bytes.size() - flushed);
+  return f;
 }
 
 // Writes snap into the staging directory `dir` as a native checkpoint, linking the
@@ -178,6 +182,7 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
   std::atomic<std::size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mutex;
+  std::vector<std::pair<io::File, fs::path>> unsynced;  // guarded by error_mutex
   auto worker = [&] {
     for (std::size_t j; (j = next.fetch_add(1)) < njobs;) {
       try {
@@ -218,7 +223,11 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
             continue;
           }
         }
-        write_own_file(target, bytes, chunks, progress);
+        io::File f = write_own_file(target, bytes, chunks, progress);
+        {
+          const std::lock_guard lock(error_mutex);
+          unsynced.emplace_back(std::move(f), target);
+        }
         if (nchunks > 1) {
           e.checksum = chunk_list_xxh3(chunks);
           e.chunk_bytes = chunk;
@@ -244,6 +253,23 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
   }
   if (error) std::rethrow_exception(error);
   progress.check();
+  {  // fsync the new own files, several at once
+    std::atomic<std::size_t> at{0};
+    auto syncer = [&] {
+      for (std::size_t k; (k = at.fetch_add(1)) < unsynced.size();) {
+        try {
+          unsynced[k].first.sync(unsynced[k].second);
+        } catch (...) {
+          const std::lock_guard lock(error_mutex);
+          if (!error) error = std::current_exception();
+        }
+      }
+    };
+    std::vector<std::jthread> pool;
+    for (std::size_t t = 1; t < std::min<std::size_t>(unsynced.size(), 16); ++t) pool.emplace_back(syncer);
+    syncer();
+  }
+  if (error) std::rethrow_exception(error);
 
   for (std::size_t k = 0; k < own.size(); ++k) {
     if (linked[k]) {
