@@ -7,11 +7,15 @@
 //   ckpt verify PATH             reads everything, checks checksums (exit 1: broken leaves)
 //   ckpt diff A B [--json]       added, removed and changed leaves
 //   ckpt convert SRC DST --to native|flax|t5x|orbax|zarr
+// verify, diff and convert draw a progress bar on stderr when it is a terminal
+// (--quiet: never). ls --json carries each step's save figures when the manager stored them.
 // Bad input: a message on stderr and exit code 2.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <ckpt/formats.hpp>
+
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -98,19 +102,57 @@ std::uint64_t disk_size(const fs::path& p) {
 
 std::shared_ptr<const ckpt::Index> open(const fs::path& p) { return ckpt::open_index(p); }
 
+// A progress bar on stderr, only when stderr is a terminal and --quiet was not given;
+// redrawn at most every 100 ms, erased when done.
+bool quiet = false;
+class Bar {
+ public:
+  Bar(std::string what, std::uint64_t total) : what_(std::move(what)), total_(total), on_(!quiet && ::isatty(2) == 1) {}
+  Bar(const Bar&) = delete;
+  Bar& operator=(const Bar&) = delete;
+  ~Bar() {
+    if (on_ && drawn_) std::fprintf(stderr, "\r\033[K");
+  }
+  void set(std::uint64_t done) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (drawn_ && now - last_ < std::chrono::milliseconds(100) && done < total_) return;
+    last_ = now;
+    drawn_ = true;
+    const double f = total_ ? static_cast<double>(std::min(done, total_)) / static_cast<double>(total_) : 1.0;
+    const int width = 30, fill = static_cast<int>(f * width);
+    std::fprintf(stderr, "\r%s [%s%s] %3.0f%% %s / %s\033[K", what_.c_str(), std::string(static_cast<std::size_t>(fill), '#').c_str(),
+                 std::string(static_cast<std::size_t>(width - fill), '.').c_str(), f * 100, human_bytes(done).c_str(),
+                 human_bytes(total_).c_str());
+  }
+  void add(std::uint64_t n) { set(done_ += n); }
+
+ private:
+  std::string what_;
+  std::uint64_t total_, done_ = 0;
+  bool on_, drawn_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+std::uint64_t total_bytes(const ckpt::Index& index) {
+  std::uint64_t n = 0;
+  for (const auto& e : index.entries()) n += e.length;
+  return n;
+}
+
 // ---------------------------------------------------------------------------------
 
 int cmd_ls(const fs::path& root, bool as_json) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) throw BadInput(root.string() + ": not a directory");
-  struct Row { std::string name; std::int64_t step; std::string format, time; std::uint64_t size; json metrics; };
+  struct Row { std::string name; std::int64_t step; std::string format, time; std::uint64_t size; json metrics, save_stats; };
   std::vector<Row> rows;
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.empty() || name[0] == '.') continue;
     const std::string f = ckpt::detect_format(it->path());
     if (f.empty()) continue;
-    Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), f, "", disk_size(it->path()), json::object()};
+    Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), f, "", disk_size(it->path()), json::object(), nullptr};
     const auto mtime = fs::last_write_time(it->path(), ec);
     const auto sys = std::chrono::time_point_cast<std::chrono::seconds>(
         mtime - fs::file_time_type::clock::now() + std::chrono::system_clock::now());
@@ -123,6 +165,7 @@ int cmd_ls(const fs::path& root, bool as_json) {
       std::ifstream in(md);
       const json j = json::parse(in, nullptr, false);
       if (j.is_object() && j.contains("metrics") && j["metrics"].is_object()) r.metrics = j["metrics"];
+      if (j.is_object() && j.contains("save_stats") && j["save_stats"].is_object()) r.save_stats = j["save_stats"];
     }
     rows.push_back(std::move(r));
   }
@@ -134,6 +177,11 @@ int cmd_ls(const fs::path& root, bool as_json) {
     for (const auto& r : rows)
       out.push_back({{"name", r.name}, {"step", r.step >= 0 ? json(r.step) : json(nullptr)}, {"format", r.format},
                      {"time", r.time}, {"bytes", r.size}, {"metrics", r.metrics}});
+    for (std::size_t i = 0; i < rows.size(); ++i)  // the manager's save figures (issue 11), when stored
+      if (!rows[i].save_stats.is_null()) {
+        out[i]["save_seconds"] = rows[i].save_stats.value("write_seconds", 0.0);
+        out[i]["save_stats"] = rows[i].save_stats;
+      }
     std::cout << json{{"steps", out}}.dump() << "\n";
     return 0;
   }
@@ -221,7 +269,9 @@ int cmd_verify(const fs::path& p) {
   const auto index = open(p);
   std::vector<std::string> broken;
   std::uint64_t total = 0;
+  Bar bar("verify", total_bytes(*index));
   for (const auto& e : index->entries()) {
+    bar.add(e.length);
     try {
       std::vector<std::byte> b(static_cast<std::size_t>(e.length));
       index->read(e, b, true);
@@ -246,12 +296,14 @@ int cmd_diff(const fs::path& a, const fs::path& b, bool as_json) {
   const auto ia = open(a), ib = open(b);
   json added = json::array(), removed = json::array(), changed = json::array();
   std::size_t same = 0;
+  Bar bar("diff", total_bytes(*ia));
   for (const auto& e : ia->entries())
     if (!ib->find(e.path)) removed.push_back(e.path.str());
   for (const auto& e : ib->entries())
     if (!ia->find(e.path)) added.push_back(e.path.str());
   for (const auto& ea : ia->entries()) {
     const auto* eb = ib->find(ea.path);
+    bar.add(ea.length);
     if (!eb) continue;
     json c = {{"path", ea.path.str()}};
     if (ea.type != eb->type || ea.shape != eb->shape) {
@@ -298,12 +350,20 @@ int cmd_convert(const fs::path& src, const fs::path& dst, const std::string& to,
   snap.type_name = index->info().type_name;
   snap.schema = index->info().schema;
   snap.fingerprint = index->info().fingerprint;
-  for (const auto& e : index->entries()) {
-    std::vector<std::byte> b(static_cast<std::size_t>(e.length));
-    index->read(e, b);
-    snap.leaves.push_back({e.path, ckpt::LeafBytes::own(e.type, e.shape, std::move(b))});
+  {
+    Bar bar("read ", total_bytes(*index));
+    for (const auto& e : index->entries()) {
+      std::vector<std::byte> b(static_cast<std::size_t>(e.length));
+      index->read(e, b);
+      bar.add(e.length);
+      snap.leaves.push_back({e.path, ckpt::LeafBytes::own(e.type, e.shape, std::move(b))});
+    }
   }
-  const ckpt::SaveOptions o{.force = force};
+  Bar bar("write", snap.total_bytes());
+  const ckpt::SaveOptions o{.force = force, .progress = [&](const ckpt::Progress& p) {
+                              bar.set(p.bytes_done);
+                              return true;
+                            }};
   ckpt::save_snapshot(*ckpt::find_format(to), dst, snap, o);  // CLI11 checked it is a registered, writable one
   std::printf("%s (%s) -> %s (%s): %zu leaves\n", src.c_str(), index->info().format.c_str(), dst.c_str(), to.c_str(),
               snap.leaves.size());
@@ -352,6 +412,8 @@ int main(int argc, char** argv) {
   convert->add_option("DST", b, "where to write")->required();
   convert->add_option("--to", to, join(writable))->required()->check(CLI::IsMember(writable));
   convert->add_flag("--force", force, "overwrite DST");
+  app.add_flag("-q,--quiet", quiet, "no progress bar (there is none either when stderr is not a terminal)");
+  for (auto* sub : {ls, tree, show, verify, diff, convert}) sub->fallthrough();  // --quiet after the subcommand too
 
   try {
     app.parse(argc, argv);
