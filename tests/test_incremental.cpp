@@ -4,6 +4,9 @@
 #include "support.hpp"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <tuple>
 
 #include <atomic>
 #include <mutex>
@@ -390,6 +393,44 @@ TEST_CASE("format version 2: chunk checksums that disagree with the leaf's are r
   ckpt::io::write_file_synced(tmp / "c" / "commit", std::as_bytes(std::span(c)));
   CHECK_THROWS_CKPT(ckpt::restore<Big>(tmp / "c"), ckpt::CorruptCheckpointError,
                     "chunk checksums do not match the leaf's xxh3");
+}
+
+TEST_CASE("CLI: ls --json has each step's save figures; no progress bar off a terminal or with --quiet") {
+  INFO("CKPT_CLI = " << CKPT_CLI << " (build it: the ckpt_cli target)");
+  REQUIRE(fs::exists(CKPT_CLI));
+  test::TempDir tmp;
+  {
+    ckpt::CheckpointManager<Model> mgr(tmp / "run", {.incremental = true});
+    REQUIRE(mgr.save(1, make_model(1)));
+    REQUIRE(mgr.save(2, make_model(2)));
+  }
+  auto run = [&](const std::string& args) {
+    const std::string cmd = std::string(CKPT_CLI) + " " + args + " >" + (tmp / "out").string() + " 2>" +
+                            (tmp / "err").string();
+    const int st = std::system(cmd.c_str());
+    const auto out = test::read_bytes(tmp / "out"), err = test::read_bytes(tmp / "err");
+    return std::tuple<int, std::string, std::string>{WEXITSTATUS(st), {out.begin(), out.end()}, {err.begin(), err.end()}};
+  };
+  {
+    const auto r = run("ls --json " + (tmp / "run").string());
+    REQUIRE(std::get<0>(r) == 0);
+    const auto j = nlohmann::json::parse(std::get<1>(r));
+    REQUIRE(j["steps"].size() == 2);
+    CHECK(j["steps"][1]["save_seconds"].get<double>() > 0);
+    CHECK(j["steps"][1]["save_stats"]["leaves_linked"].get<int>() == 2);
+    CHECK(j["steps"][1]["bytes"].get<std::uint64_t>() > 0);
+  }
+  for (const std::string flag : {"", " --quiet", " -q"}) {
+    CAPTURE(flag);
+    const auto r = run("verify " + (tmp / "run" / "2").string() + flag);
+    CHECK(std::get<0>(r) == 0);
+    CHECK(std::get<1>(r).find("all intact") != std::string::npos);
+    CHECK(std::get<2>(r).empty());  // stderr is a file here: no bar
+  }
+  // An incremental step converts into a whole checkpoint elsewhere.
+  const auto c = run("convert " + (tmp / "run" / "2").string() + " " + (tmp / "copy").string() + " --to native -q");
+  CHECK(std::get<0>(c) == 0);
+  CHECK(same(ckpt::restore<Model>(tmp / "copy"), make_model(2)));
 }
 
 }  // namespace incremental_test
