@@ -11,6 +11,8 @@
 // Every PATH, ROOT, SRC and DST may be an s3://bucket/prefix URL (native checkpoints;
 // endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...) when the tool
 // is built with libcurl (the CMake target ckpt::s3).
+// verify, diff and convert draw a progress bar on stderr when it is a terminal
+// (--quiet: never). ls --json carries each step's save figures when the manager stored them.
 // Bad input: a message on stderr and exit code 2. Names and strings from a checkpoint
 // are printed made printable (no terminal control characters, invalid UTF-8 replaced).
 #include <CLI/CLI.hpp>
@@ -21,6 +23,8 @@
 #if defined(CKPT_HAVE_S3)
 #include <ckpt/storage/s3.hpp>
 #endif
+
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -114,9 +118,47 @@ std::uint64_t disk_size(const fs::path& p) {
 
 std::shared_ptr<const ckpt::Index> open(const fs::path& p) { return ckpt::open_index(p); }
 
+// A progress bar on stderr, only when stderr is a terminal and --quiet was not given;
+// redrawn at most every 100 ms, erased when done.
+bool quiet = false;
+class Bar {
+ public:
+  Bar(std::string what, std::uint64_t total) : what_(std::move(what)), total_(total), on_(!quiet && ::isatty(2) == 1) {}
+  Bar(const Bar&) = delete;
+  Bar& operator=(const Bar&) = delete;
+  ~Bar() {
+    if (on_ && drawn_) std::fprintf(stderr, "\r\033[K");
+  }
+  void set(std::uint64_t done) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (drawn_ && now - last_ < std::chrono::milliseconds(100) && done < total_) return;
+    last_ = now;
+    drawn_ = true;
+    const double f = total_ ? static_cast<double>(std::min(done, total_)) / static_cast<double>(total_) : 1.0;
+    const int width = 30, fill = static_cast<int>(f * width);
+    std::fprintf(stderr, "\r%s [%s%s] %3.0f%% %s / %s\033[K", what_.c_str(), std::string(static_cast<std::size_t>(fill), '#').c_str(),
+                 std::string(static_cast<std::size_t>(width - fill), '.').c_str(), f * 100, human_bytes(done).c_str(),
+                 human_bytes(total_).c_str());
+  }
+  void add(std::uint64_t n) { set(done_ += n); }
+
+ private:
+  std::string what_;
+  std::uint64_t total_, done_ = 0;
+  bool on_, drawn_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+std::uint64_t total_bytes(const ckpt::Index& index) {
+  std::uint64_t n = 0;
+  for (const auto& e : index.entries()) n += e.length;
+  return n;
+}
+
 // ---------------------------------------------------------------------------------
 
-struct Row { std::string name; std::int64_t step; std::string format, time; std::uint64_t size; json metrics; };
+struct Row { std::string name; std::int64_t step; std::string format, time; std::uint64_t size; json metrics, save_stats; };
 
 std::string format_time(std::time_t t) {
   char buf[32];
@@ -130,7 +172,7 @@ std::vector<Row> object_rows(const fs::path& root) {
   std::vector<Row> rows;
   for (const auto& [name, keys] : ckpt::detail::manager::objects_by_entry(loc)) {
     if (name.empty() || name[0] == '.' || !ckpt::detail::manager::has_marker(keys)) continue;
-    Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), "native", "", 0, json::object()};
+    Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), "native", "", 0, json::object(), nullptr};
     for (const auto& k : keys) r.size += loc.storage->size(loc.key(name + "/" + k)).value_or(0);
     const auto md = loc.storage->read_all(loc.key(name + "/_CHECKPOINT_METADATA"), 1u << 20);
     if (md) {
@@ -161,7 +203,7 @@ int cmd_ls(const fs::path& root, bool as_json) {
     if (name.empty() || name[0] == '.' || it->is_symlink(e2)) continue;  // a step is a directory of ROOT, as the manager sees it
     const std::string f = ckpt::detect_format(it->path());
     if (f.empty()) continue;
-    Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), f, "", disk_size(it->path()), json::object()};
+    Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), f, "", disk_size(it->path()), json::object(), nullptr};
     const auto mtime = fs::last_write_time(it->path(), ec);
     const auto sys = std::chrono::time_point_cast<std::chrono::seconds>(
         mtime - fs::file_time_type::clock::now() + std::chrono::system_clock::now());
@@ -178,6 +220,7 @@ int cmd_ls(const fs::path& root, bool as_json) {
         if (j.is_object() && j.contains("metrics") && j["metrics"].is_object())
           for (const auto& [k, v] : j["metrics"].items())
             if (v.is_number()) r.metrics[k] = v;
+        if (j.is_object() && j.contains("save_stats") && j["save_stats"].is_object()) r.save_stats = j["save_stats"];
       } catch (const ckpt::Error&) {
       }
     }
@@ -191,6 +234,11 @@ int cmd_ls(const fs::path& root, bool as_json) {
     for (const auto& r : rows)
       out.push_back({{"name", r.name}, {"step", r.step >= 0 ? json(r.step) : json(nullptr)}, {"format", r.format},
                      {"time", r.time}, {"bytes", r.size}, {"metrics", r.metrics}});
+    for (std::size_t i = 0; i < rows.size(); ++i)  // the manager's save figures (issue 11), when stored
+      if (!rows[i].save_stats.is_null()) {
+        out[i]["save_seconds"] = rows[i].save_stats.value("write_seconds", 0.0);
+        out[i]["save_stats"] = rows[i].save_stats;
+      }
     std::cout << dump(json{{"steps", out}}) << "\n";
     return 0;
   }
@@ -278,7 +326,9 @@ int cmd_verify(const fs::path& p) {
   const auto index = open(p);
   std::vector<std::string> broken;
   std::uint64_t total = 0;
+  Bar bar("verify", total_bytes(*index));
   for (const auto& e : index->entries()) {
+    bar.add(e.length);
     try {
       std::vector<std::byte> b(static_cast<std::size_t>(e.length));
       index->read(e, b, true);
@@ -303,12 +353,14 @@ int cmd_diff(const fs::path& a, const fs::path& b, bool as_json) {
   const auto ia = open(a), ib = open(b);
   json added = json::array(), removed = json::array(), changed = json::array();
   std::size_t same = 0;
+  Bar bar("diff", total_bytes(*ia));
   for (const auto& e : ia->entries())
     if (!ib->find(e.path)) removed.push_back(e.path.str());
   for (const auto& e : ib->entries())
     if (!ia->find(e.path)) added.push_back(e.path.str());
   for (const auto& ea : ia->entries()) {
     const auto* eb = ib->find(ea.path);
+    bar.add(ea.length);
     if (!eb) continue;
     json c = {{"path", ea.path.str()}};
     if (ea.type != eb->type || ea.shape != eb->shape) {
@@ -355,12 +407,20 @@ int cmd_convert(const fs::path& src, const fs::path& dst, const std::string& to,
   snap.type_name = index->info().type_name;
   snap.schema = index->info().schema;
   snap.fingerprint = index->info().fingerprint;
-  for (const auto& e : index->entries()) {
-    std::vector<std::byte> b(static_cast<std::size_t>(e.length));
-    index->read(e, b);
-    snap.leaves.push_back({e.path, ckpt::LeafBytes::own(e.type, e.shape, std::move(b))});
+  {
+    Bar bar("read ", total_bytes(*index));
+    for (const auto& e : index->entries()) {
+      std::vector<std::byte> b(static_cast<std::size_t>(e.length));
+      index->read(e, b);
+      bar.add(e.length);
+      snap.leaves.push_back({e.path, ckpt::LeafBytes::own(e.type, e.shape, std::move(b))});
+    }
   }
-  const ckpt::SaveOptions o{.force = force};
+  Bar bar("write", snap.total_bytes());
+  const ckpt::SaveOptions o{.force = force, .progress = [&](const ckpt::Progress& p) {
+                              bar.set(p.bytes_done);
+                              return true;
+                            }};
   ckpt::save_snapshot(*ckpt::find_format(to), dst, snap, o);  // CLI11 checked it is a registered, writable one
   std::printf("%s (%s) -> %s (%s): %zu leaves\n", src.c_str(), index->info().format.c_str(), dst.c_str(), to.c_str(),
               snap.leaves.size());
@@ -425,6 +485,8 @@ int main(int argc, char** argv) {
   auto* gc = app.add_subcommand("gc", "delete what killed saves left in DIR: .tmp-* directories no save is writing");
   gc->add_option("DIR", a, "a directory checkpoints are saved in")->required();
   gc->add_flag("--dry-run", dry_run, "only list them");
+  app.add_flag("-q,--quiet", quiet, "no progress bar (there is none either when stderr is not a terminal)");
+  for (auto* sub : {ls, tree, show, verify, diff, convert, gc}) sub->fallthrough();  // --quiet after the subcommand too
 
   try {
     app.parse(argc, argv);

@@ -115,6 +115,13 @@ class ReadOnlyError : public Error {
   using Error::Error;
 };
 
+// A progress callback (SaveOptions::progress, RestoreOptions::progress) returned false:
+// the work stopped, and a save left no checkpoint behind.
+class CancelledError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A string read from a checkpoint, quoted for an error message: printable ASCII and valid
 // UTF-8 kept, control characters (NUL among them) and invalid bytes as \xNN, cut after
 // a bounded prefix (detail/quote.hpp).

@@ -41,6 +41,11 @@ struct IndexEntry {
   // A leaf stored as boxes of its global array (Sharded leaves, leaves written by several
   // processes): shape and length are the whole array's, the bytes are the boxes'.
   std::vector<IndexBox> boxes;  // (no initializer: IndexBox is incomplete here)
+  // Native format v2 (issue 11): the xxh3 of each chunk_bytes-long piece of a leaf
+  // longer than one chunk, so that parts of one leaf are read and verified by several
+  // threads; checksum is then the xxh3 of these (as little-endian u64s). Else empty.
+  std::uint64_t chunk_bytes = 0;
+  std::vector<std::uint64_t> chunk_xxh3{};
 };
 
 // One stored box of a leaf: its origin in the global array, its bytes (an entry whose
@@ -84,6 +89,13 @@ class IndexReader {
   virtual bool read_batch(const Index& index, std::span<const LeafRead> reads) const {
     (void)index, (void)reads;
     return false;
+  }
+  // Whether read_part works for e: the format records per-chunk checksums (issue 11).
+  virtual bool reads_parts(const IndexEntry&) const { return false; }
+  // Reads bytes [offset, offset + dst.size()) of the leaf (offset on a chunk boundary,
+  // the end on one or at the leaf's end), verifying those chunks when asked.
+  virtual void read_part(const Index&, const IndexEntry&, std::uint64_t, std::span<std::byte>, bool) const {
+    throw Error("this format reads whole leaves only");
   }
 };
 
@@ -138,6 +150,11 @@ class Index {
   const std::shared_ptr<const IndexReader>& reader() const noexcept { return reader_; }
   // All of them at once, when the reader reads in batches (IndexReader::read_batch); false otherwise.
   bool read_batch(std::span<const LeafRead> reads) const { return reader_->read_batch(*this, reads); }
+  // Parts of a leaf, when reads_parts(e) (see IndexReader::read_part).
+  bool reads_parts(const IndexEntry& e) const { return reader_->reads_parts(e); }
+  void read_part(const IndexEntry& e, std::uint64_t offset, std::span<std::byte> dst, bool verify) const {
+    reader_->read_part(*this, e, offset, dst, verify);
+  }
 
  private:
   static bool starts_with(const std::vector<std::string>& v, const std::vector<std::string>& pre) {

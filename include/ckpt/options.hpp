@@ -8,6 +8,7 @@
 #include <string>
 
 #include <ckpt/leaf/dtype.hpp>
+#include <ckpt/progress.hpp>
 
 namespace ckpt {
 
@@ -30,6 +31,9 @@ struct SaveOptions {
   // safetensors directories: split the tensors into model-0000i-of-0000n.safetensors
   // files of at most this many bytes each, with model.safetensors.index.json (0: one file).
   std::uint64_t max_shard_bytes = 0;
+  // Called with the bytes and leaves written so far, at a bounded rate, from any thread;
+  // returning false cancels the save (CancelledError, no checkpoint). See progress.hpp.
+  ProgressFn progress{};
 };
 
 struct RestoreOptions {
@@ -49,6 +53,9 @@ struct RestoreOptions {
   bool lazy = false;
   // ckpt::mpi restores: rank 0 reads the leaves that are not Sharded and broadcasts them.
   bool load_and_broadcast = false;
+  // Called with the bytes and leaves read so far, at a bounded rate, from any thread;
+  // returning false cancels the restore (CancelledError). See progress.hpp.
+  ProgressFn progress{};
 };
 
 }  // namespace ckpt

@@ -11,11 +11,14 @@
 #include <cstddef>
 #include <exception>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <span>
 #include <thread>
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/exec/progress_tracker.hpp>
 #include <ckpt/index.hpp>
 
 namespace ckpt::exec {
@@ -23,12 +26,31 @@ namespace ckpt::exec {
 class ReadQueue final : public DeferredReads {
  public:
   void push(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) override {
-    jobs_.push_back({&index, &e, dst, verify});
     bytes_ += dst.size();
+    ++leaves_;
+    // A large leaf whose format checksums chunks is read as parts, on several threads
+    // (issue 11); the last part counts the leaf as done.
+    if (dst.size() == e.length && e.chunk_bytes && dst.size() >= 2 * part_bytes && index.reads_parts(e)) {
+      const std::size_t part = static_cast<std::size_t>(std::max<std::uint64_t>(part_bytes / e.chunk_bytes, 1) * e.chunk_bytes);
+      for (std::size_t at = 0; at < dst.size(); at += part) {
+        const std::size_t n = std::min(part, dst.size() - at);
+        jobs_.push_back({&index, &e, dst.subspan(at, n), verify, at, true, at + n == dst.size()});
+      }
+      return;
+    }
+    jobs_.push_back({&index, &e, dst, verify, 0, false, true});
   }
+  // Parts of one leaf read by one job: large enough for sequential I/O, small enough
+  // that a few leaves spread over every thread.
+  static constexpr std::uint64_t part_bytes = std::uint64_t{8} << 20;
 
   // Runs every queued read; rethrows the first failure after all threads stop.
   void run();
+  // Reports the reads' progress to fn (issue 11); the checkpoint names a cancellation.
+  void set_progress(ProgressFn fn, std::string checkpoint) {
+    progress_fn_ = std::move(fn);
+    progress_checkpoint_ = std::move(checkpoint);
+  }
 
  private:
   struct Job {
@@ -36,9 +58,15 @@ class ReadQueue final : public DeferredReads {
     const IndexEntry* entry;
     std::span<std::byte> dst;
     bool verify;
+    std::uint64_t offset;  // into the leaf, when part
+    bool part;
+    bool last;  // the leaf's last (or only) job
   };
   std::vector<Job> jobs_;
   std::size_t bytes_ = 0;
+  std::size_t leaves_ = 0;
+  ProgressFn progress_fn_;
+  std::string progress_checkpoint_;
 };
 
 #if CKPT_DEFINE_API
@@ -53,18 +81,23 @@ CKPT_API void ReadQueue::run() {
       return;
     }
   }
-  std::sort(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); });
+  // Biggest first; the parts of a leaf keep their order (sequential in the file).
+  std::stable_sort(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); });
   // Threads pay off only for sizeable restores.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const unsigned threads = bytes_ < (std::size_t{16} << 20) ? 1u : std::min({cores, 8u, static_cast<unsigned>(jobs_.size())});
   std::atomic<std::size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mutex;
+  std::optional<ProgressTracker> progress;
+  if (progress_fn_) progress.emplace(progress_fn_, bytes_, leaves_, progress_checkpoint_);
   auto worker = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < jobs_.size();) {
       const Job& j = jobs_[i];
       try {
-        j.index->read(*j.entry, j.dst, j.verify);
+        if (j.part) j.index->read_part(*j.entry, j.offset, j.dst, j.verify);
+        else j.index->read(*j.entry, j.dst, j.verify);
+        if (progress) progress->add(j.dst.size(), j.last ? 1 : 0);
       } catch (...) {
         const std::lock_guard lock(error_mutex);
         if (!error) error = std::current_exception();
@@ -81,7 +114,9 @@ CKPT_API void ReadQueue::run() {
   }
   jobs_.clear();
   bytes_ = 0;
+  leaves_ = 0;
   if (error) std::rethrow_exception(error);
+  if (progress) progress->finish();
 }
 #endif
 

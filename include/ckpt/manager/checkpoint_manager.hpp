@@ -43,6 +43,7 @@
 #include <ckpt/format/native.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/io/staging_dir.hpp>
+#include <ckpt/manager/incremental.hpp>
 #include <ckpt/manager/items.hpp>
 #include <ckpt/manager/options.hpp>
 #include <ckpt/manager/lock.hpp>
@@ -161,6 +162,7 @@ class CheckpointManager {
   // that follows it run in the background, and their failure is thrown (as an Error)
   // by the next save() or wait_until_finished().
   bool save(std::int64_t step, const State& state, Metrics metrics = {}, SaveArgs args = {}) {
+    const auto called = std::chrono::steady_clock::now();  // SaveStats::blocking_seconds
     executor_.rethrow_if_failed();
     if (options_.read_only) return false;
     if (step < 0) throw Error(root_.string(), "", "step must be >= 0, not " + std::to_string(step));
@@ -197,6 +199,9 @@ class CheckpointManager {
       std::lock_guard lock(mu_);
       pending_ = step;
     }
+    job->stats.step = step;
+    job->stats.bytes = job->snapshot.total_bytes();
+    job->stats.blocking_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count();
     executor_.submit(step_directory(step).string(), [this, job] { run_save(*job); });
     return true;
   }
@@ -327,6 +332,7 @@ class CheckpointManager {
     Snapshot snapshot;
     Items items;
     detail::manager::StepMetadata metadata;
+    SaveStats stats;
   };
 
   bool has_step_or_pending(std::int64_t step) const {
@@ -400,14 +406,40 @@ class CheckpointManager {
   // The save itself: on the caller's thread (sync_save) or the background one (async_save).
   void run_save(PendingSave& job) {
     const std::string name = naming_.name(job.step);
+    const auto started = std::chrono::steady_clock::now();
     try {
       SaveOptions opts = options_.save_options;
       opts.force = job.force;
-      save_snapshot<format_type>(root_ / name, job.snapshot, opts, [&](const std::filesystem::path& staging) {
+      // Items and metadata go in last, with the figures of the write so far (issue 11).
+      auto before_commit = [&](const std::filesystem::path& staging) {
         detail::manager::write_items<format_type>(staging, job.items, opts);
+        job.stats.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        job.metadata.save_stats = job.stats.to_json();
         job.metadata.commit_timestamp_nsecs = detail::manager::now_nsecs();
         detail::manager::write_step_metadata(staging, job.metadata);
-      });
+      };
+      if constexpr (std::is_same_v<format_type, native>) {
+        if (options_.incremental) {
+          std::filesystem::path base;  // the latest committed step: what unchanged leaves link to
+          {
+            std::lock_guard lock(mu_);
+            if (!steps_.empty()) base = root_ / steps_.rbegin()->second.name;
+          }
+          job.stats.incremental = true;
+          detail::incremental::save_staged(root_ / name, job.snapshot, opts, base,
+                                           [&](const std::filesystem::path& staging,
+                                               const detail::incremental::WriteResult& r) {
+                                             job.stats.bytes_written = r.bytes_written;
+                                             job.stats.bytes_linked = r.bytes_linked;
+                                             job.stats.leaves_linked = r.leaves_linked;
+                                             before_commit(staging);
+                                           });
+        }
+      }
+      if (!job.stats.incremental) {
+        job.stats.bytes_written = job.stats.bytes;
+        save_snapshot<format_type>(root_ / name, job.snapshot, opts, before_commit);
+      }
     } catch (...) {
       std::lock_guard lock(mu_);
       pending_.reset();
@@ -425,6 +457,7 @@ class CheckpointManager {
       pending_.reset();
     }
     prune();
+    if (options_.on_save) options_.on_save(job.stats);
   }
 
   void prune() {

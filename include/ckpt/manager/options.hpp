@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 
 #include <ckpt/error.hpp>
 #include <ckpt/manager/items.hpp>
+#include <ckpt/manager/save_stats.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/retain/record.hpp>
 
@@ -69,6 +71,14 @@ struct ManagerOptions {
   // keep_dataset_checkpoints). Unset: never removed.
   std::optional<int> keep_dataset_checkpoints{};
   std::string dataset_item = "dataset";
+  // ---- issue 11: incremental saves and save figures (docs/manager.md) ----
+  // Native format only: a large leaf whose bytes did not change since the latest step
+  // is hard-linked from it instead of written again (manager/incremental.hpp). Every
+  // step stays a whole checkpoint. Off by default: it hashes every large leaf first.
+  bool incremental = false;
+  // Called after each step commits, with its figures (also stored in the step's
+  // _CHECKPOINT_METADATA as "save_stats"); on the background thread with async_save.
+  std::function<void(const SaveStats&)> on_save{};
 };
 
 struct SaveArgs {

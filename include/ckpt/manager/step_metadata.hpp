@@ -39,6 +39,7 @@ struct StepMetadata {
   Metrics metrics{};
   nlohmann::json custom_metadata{};  // null when none was given
   std::map<std::string, std::string> items{};
+  nlohmann::json save_stats{};  // SaveStats::to_json() (issue 11); null when absent
 
   std::chrono::system_clock::time_point init_time() const {
     return std::chrono::system_clock::time_point(
@@ -60,6 +61,7 @@ inline std::string encode(const StepMetadata& m) {
                       {"custom_metadata", m.custom_metadata},
                       {"items", m.items}};
   for (const auto& [k, v] : m.metrics) j["metrics"][k] = v;  // NaN and infinities become null
+  if (!m.save_stats.is_null()) j["save_stats"] = m.save_stats;
   return j.dump(1);
 }
 
@@ -137,6 +139,7 @@ inline StepMetadata parse_step_metadata(const std::vector<std::byte>& bytes, con
     if (const auto it = j.find("custom_metadata"); it != j.end()) m.custom_metadata = *it;
     if (const auto it = j.find("items"); it != j.end() && !it->is_null())
       m.items = it->get<std::map<std::string, std::string>>();
+    if (const auto it = j.find("save_stats"); it != j.end() && it->is_object()) m.save_stats = *it;
   } catch (const std::exception& e) {
     throw CorruptCheckpointError(where, "", std::string(step_metadata_file) + " is not valid step metadata: " +
                                                 detail::safe_text(e.what(), 200));

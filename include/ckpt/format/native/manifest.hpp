@@ -5,6 +5,11 @@
 //   schema [[path, dtype, rank]...],
 //   leaves [{path: [segments], dtype, shape, file (nil: inline), offset, length,
 //            codec "raw", xxh3, inline (bin, only when file is nil)}...]
+// format_version 2 (issue 11) adds, to leaves longer than one chunk:
+//   chunk_bytes (1 MiB), chunk_xxh3 (bin: the xxh3 of each chunk, little-endian u64s),
+// and their xxh3 is then the xxh3 of chunk_xxh3's bytes; chunks are read and verified by
+// several threads. A manifest with no such leaf is still written as version 1, which
+// older readers read; version 1 checkpoints read as before.
 // commit: text written last, holding the manifest's size and xxh3, so a torn or
 // altered manifest is detected before it is parsed.
 #pragma once
@@ -24,9 +29,13 @@
 namespace ckpt::native_format {
 
 inline constexpr const char* format_name = "ckpt-native";
-// 1: every leaf stored whole. 2: some leaves stored as boxes ("boxes"); written only
-// when a checkpoint has them, so that others stay readable by older versions.
+// 1: every leaf stored whole, one checksum each. 2: some leaves stored as boxes
+// ("boxes", Sharded leaves) and/or leaves longer than checksum_chunk_bytes carrying
+// per-chunk checksums ("chunk_bytes", "chunk_xxh3"); written only when a checkpoint
+// has such a leaf, so that others stay readable by older versions.
 inline constexpr std::uint64_t format_version = 2;
+// Leaves longer than this carry per-chunk checksums (format version 2).
+inline constexpr std::uint64_t checksum_chunk_bytes = std::uint64_t{1} << 20;
 inline constexpr const char* manifest_file = "manifest";
 inline constexpr const char* commit_file = "commit";
 inline constexpr std::uint64_t alignment = 4096;
@@ -42,6 +51,14 @@ inline bool is_data_file_name(std::string_view s) {
   return true;
 }
 
+// A leaf's checksum in version 2 when it has chunk checksums: the xxh3 of their bytes.
+inline std::uint64_t chunk_list_xxh3(const std::vector<std::uint64_t>& chunks) {
+  std::vector<std::byte> b(chunks.size() * 8);
+  for (std::size_t i = 0; i < chunks.size(); ++i)
+    for (int k = 0; k < 8; ++k) b[i * 8 + static_cast<std::size_t>(k)] = static_cast<std::byte>(chunks[i] >> (8 * k));
+  return io::xxh3(b);
+}
+
 inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vector<IndexEntry>& entries) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
@@ -49,11 +66,12 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
     pk.pack_str(static_cast<std::uint32_t>(s.size()));
     pk.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
   };
-  bool boxed = false;
-  for (const auto& e : entries) boxed = boxed || !e.boxes.empty();
+  // version 2 only when a leaf needs it: boxes (Sharded leaves) or per-chunk checksums
+  bool v2 = false;
+  for (const auto& e : entries) v2 = v2 || !e.boxes.empty() || !e.chunk_xxh3.empty();
   pk.pack_map(info.processes > 1 ? 8 : 7);
   str("format"); str(format_name);
-  str("format_version"); pk.pack(boxed ? format_version : std::uint64_t{1});
+  str("format_version"); pk.pack(v2 ? format_version : std::uint64_t{1});
   if (info.processes > 1) { str("processes"); pk.pack(info.processes); }
   str("library_version"); str(library_version);
   str("type"); str(info.type_name);
@@ -67,7 +85,8 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
   str("leaves");
   pk.pack_array(static_cast<std::uint32_t>(entries.size()));
   for (const auto& e : entries) {
-    pk.pack_map(8);  // path dtype shape file offset length xxh3, then inline or codec
+    const bool has_chunks = !e.chunk_xxh3.empty();
+    pk.pack_map(has_chunks ? 10 : 8);  // path dtype shape file offset length xxh3, inline or codec, [chunks]
     str("path");
     pk.pack_array(static_cast<std::uint32_t>(e.path.size()));
     for (const auto& seg : e.path.segments()) str(seg);
@@ -91,6 +110,15 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
     };
     if (e.boxes.empty()) {
       storage(e);
+      if (has_chunks) {
+        str("chunk_bytes"); pk.pack(e.chunk_bytes);
+        str("chunk_xxh3");
+        std::vector<char> b(e.chunk_xxh3.size() * 8);
+        for (std::size_t i = 0; i < e.chunk_xxh3.size(); ++i)
+          for (int k = 0; k < 8; ++k) b[i * 8 + static_cast<std::size_t>(k)] = static_cast<char>(e.chunk_xxh3[i] >> (8 * k));
+        pk.pack_bin(static_cast<std::uint32_t>(b.size()));
+        pk.pack_bin_body(b.data(), static_cast<std::uint32_t>(b.size()));
+      }
       continue;
     }
     // A boxed leaf: shape and length are the global array's; its bytes are in the boxes.
@@ -262,16 +290,21 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
       entries.push_back(std::move(e));
       continue;
     }
-    const msgpack::object& file = lr.at(l, "file");
-    if (file.type == msgpack::type::NIL) {
-      const msgpack::object& in = lr.at(l, "inline");
-      if (in.type != msgpack::type::BIN || in.via.bin.size != e.length) fail("inline bytes do not match the length");
-      e.inline_bytes = {reinterpret_cast<const std::byte*>(in.via.bin.ptr), in.via.bin.size};
-    } else {
-      e.file = lr.str(file, "file");
-      if (!is_data_file_name(e.file)) fail("data file name " + quote_for_message(e.file) + " is not one ckpt writes");
-      if (const auto* c = lr.find(l, "codec")) e.codec = lr.str(*c, "codec");
-      if (e.codec != "raw") fail("codec " + quote_for_message(e.codec) + " is not supported");
+    decode_storage(lr, l, e);
+    if (const auto* c = lr.find(l, "chunk_xxh3")) {  // version 2: per-chunk checksums
+      if (info.format_version < 2) fail("chunk_xxh3 in a version 1 manifest");
+      if (e.file.empty()) fail("an inline leaf has chunk checksums");
+      e.chunk_bytes = lr.u64(lr.at(l, "chunk_bytes"), "chunk_bytes");
+      if (e.chunk_bytes < 4096 || e.chunk_bytes > (std::uint64_t{1} << 30) || (e.chunk_bytes & (e.chunk_bytes - 1)))
+        fail("chunk_bytes " + std::to_string(e.chunk_bytes) + " is not a power of two in [4 KiB, 1 GiB]");
+      const std::uint64_t n = (e.length + e.chunk_bytes - 1) / e.chunk_bytes;
+      if (c->type != msgpack::type::BIN || c->via.bin.size != n * 8)
+        fail("chunk_xxh3 must hold " + std::to_string(n) + " checksums for " + std::to_string(e.length) + " bytes");
+      const auto* p = reinterpret_cast<const unsigned char*>(c->via.bin.ptr);
+      e.chunk_xxh3.resize(static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < e.chunk_xxh3.size(); ++i)
+        for (int k = 0; k < 8; ++k) e.chunk_xxh3[i] |= std::uint64_t{p[i * 8 + static_cast<std::size_t>(k)]} << (8 * k);
+      if (chunk_list_xxh3(e.chunk_xxh3) != e.checksum) fail("chunk checksums do not match the leaf's xxh3");
     }
     entries.push_back(std::move(e));
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <ckpt/format/native/boxes.hpp>
+#include <ckpt/exec/progress_tracker.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/file.hpp>
@@ -56,7 +57,8 @@ inline void start_writeback(const io::File& f, std::uint64_t offset, std::uint64
 // Writes the leaves assigned to one data file, in order, each padded to the alignment,
 // hashing each piece just before it is written (while it is warm in cache).
 inline void write_data_file(const std::filesystem::path& file, const Snapshot& snap,
-                            std::vector<IndexEntry>& entries, const std::vector<std::size_t>& leaves) {
+                            std::vector<IndexEntry>& entries, const std::vector<std::size_t>& leaves,
+                            exec::ProgressTracker* progress = nullptr) {
   io::File f = io::File::create(file);
   std::vector<iovec> batch;
   std::size_t batch_bytes = 0;
@@ -79,17 +81,26 @@ inline void write_data_file(const std::filesystem::path& file, const Snapshot& s
     if (bytes.size() <= write_piece) {
       entries[i].checksum = io::xxh3(bytes);
       add(bytes.data(), bytes.size());
+      if (progress) progress->add(bytes.size(), 0);  // progress (issue 11)
     } else {
-      io::Xxh3Stream hash;
+      // Format version 2 (issue 11): one checksum per chunk (= piece), so that a reader
+      // verifies parts of the leaf on several threads; the leaf's is theirs hashed.
+      static_assert(write_piece == checksum_chunk_bytes);
+      std::vector<std::uint64_t> chunks;
+      chunks.reserve(bytes.size() / write_piece + 1);
       for (std::size_t done = 0; done < bytes.size(); done += write_piece) {
         const auto part = bytes.subspan(done, std::min(write_piece, bytes.size() - done));
-        hash.update(part);
+        chunks.push_back(io::xxh3(part));
         add(part.data(), part.size());
+        if (progress) progress->add(part.size(), 0);  // progress (issue 11)
       }
-      entries[i].checksum = hash.digest();
+      entries[i].checksum = chunk_list_xxh3(chunks);
+      entries[i].chunk_bytes = checksum_chunk_bytes;
+      entries[i].chunk_xxh3 = std::move(chunks);
     }
     const std::size_t pad = static_cast<std::size_t>((alignment - bytes.size() % alignment) % alignment);
     if (pad) add(zero_page(), pad);
+    if (progress) progress->add(0, 1);  // progress (issue 11)
   }
   if (!batch.empty()) io::write_all(f, std::move(batch), file);
   f.sync(file);
@@ -102,6 +113,7 @@ namespace ckpt::native_format {
 inline void write(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opt) {
   std::vector<IndexEntry> entries(snap.leaves.size());
   std::vector<std::size_t> large;
+  exec::ProgressTracker progress(opt.progress, snap.total_bytes(), snap.leaves.size(), dir.string());  // issue 11
   for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
     const auto& leaf = snap.leaves[i];
     IndexEntry& e = entries[i];
@@ -112,6 +124,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
     if (e.length < opt.inline_threshold || e.type == dtype::none) {
       e.inline_bytes = leaf.data.view;
       e.checksum = io::xxh3(e.inline_bytes);
+      if (progress.active()) progress.add(e.length, 1);  // issue 11
     } else {
       large.push_back(i);
     }
@@ -142,7 +155,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
 
   if (!large.empty()) {
     if (nfiles == 1) {
-      detail::native::write_data_file(dir / data_file_name(0), snap, entries, per_file[0]);
+      detail::native::write_data_file(dir / data_file_name(0), snap, entries, per_file[0], &progress);
     } else {
       std::vector<std::exception_ptr> errors(nfiles);
       {
@@ -150,7 +163,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
         for (unsigned k = 0; k < nfiles; ++k)
           threads.emplace_back([&, k] {
             try {
-              detail::native::write_data_file(dir / data_file_name(k), snap, entries, per_file[k]);
+              detail::native::write_data_file(dir / data_file_name(k), snap, entries, per_file[k], &progress);
             } catch (...) {
               errors[k] = std::current_exception();
             }
@@ -162,6 +175,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
   }
 
   detail::native::box_sharded_entries(dir.string(), snap, entries);  // Sharded leaves
+  progress.check();  // issue 11: a cancel seen by another thread stops the commit
   IndexInfo info;
   info.type_name = snap.type_name;
   info.schema = snap.schema;
@@ -171,6 +185,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
   io::write_file_synced(dir / manifest_file, manifest_bytes);
   const std::string commit = encode_commit({manifest.size(), io::xxh3(manifest_bytes)});
   io::write_file_synced(dir / commit_file, std::as_bytes(std::span(commit)));
+  progress.finish();  // issue 11
 }
 
 }  // namespace ckpt::native_format

@@ -1,0 +1,183 @@
+// bench_restore — restores against plain reads of the same bytes, warm and cold (issue 11).
+//
+//   bench_restore [DIR] [MB] [ROUNDS]     (defaults: $TMPDIR or /tmp, 376, 5)
+//
+// The state: one embedding leaf holding 30% of the bytes and 47 equal leaves (a
+// GPT-2-like shape); a second checkpoint holds the same bytes as one leaf. Each round,
+// in alternating order:
+//   warm: ckpt::restore_into (preallocated, checksums on) vs a plain read() of a file of
+//         the same bytes into a preallocated buffer, both from the page cache;
+//   cold: the same after fsync + posix_fadvise(POSIX_FADV_DONTNEED) of every file (the
+//         pages leave the cache; on a VM the host may still cache them).
+// Targets: cold restore >= 0.9x a plain cold read; restore_into >= 0.9x a plain warm
+// read. Ratios are throughput ratios (baseline time / ckpt time; >= 1 is faster).
+#include <ckpt/ckpt.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct RestoreState {
+  std::int64_t step = 0;
+  std::vector<float> wte;
+  std::vector<std::vector<float>> layers;
+};
+struct RestoreOne {
+  std::vector<float> all;
+};
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// fsync + DONTNEED every regular file under p (a file or a directory).
+void drop_cache(const fs::path& p) {
+  auto drop = [](const fs::path& f) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)::fsync(fd);
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  };
+  if (fs::is_directory(p)) {
+    for (const auto& e : fs::recursive_directory_iterator(p))
+      if (e.is_regular_file()) drop(e.path());
+  } else {
+    drop(p);
+  }
+}
+
+void plain_write(const fs::path& file, const std::byte* p, std::size_t n) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  for (std::size_t done = 0; done < n;) {
+    const ssize_t w = ::write(fd, p + done, std::min<std::size_t>(64 << 20, n - done));
+    if (w <= 0) std::exit(1);
+    done += static_cast<std::size_t>(w);
+  }
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+// open, read the whole file into dst in 64 MiB read() calls, close.
+void plain_read(const fs::path& file, std::byte* dst, std::size_t n) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  for (std::size_t done = 0; done < n;) {
+    const ssize_t r = ::read(fd, dst + done, std::min<std::size_t>(64 << 20, n - done));
+    if (r <= 0) std::exit(1);
+    done += static_cast<std::size_t>(r);
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* tmp = std::getenv("TMPDIR");
+  const fs::path base = (argc > 1 ? fs::path(argv[1]) : fs::path(tmp && *tmp ? tmp : "/tmp")) / "ckpt-bench-restore";
+  const std::size_t mb = argc > 2 ? std::stoul(argv[2]) : 376;
+  const int rounds = argc > 3 ? std::stoi(argv[3]) : 5;
+  fs::remove_all(base);
+  fs::create_directories(base);
+
+  const std::size_t floats = mb * 1000000 / sizeof(float);
+  RestoreState s;
+  s.wte.resize(floats * 3 / 10);
+  const std::size_t per = (floats - s.wte.size()) / 47;
+  s.layers.assign(47, std::vector<float>(per));
+  std::uint64_t x = 88172645463325252ull;
+  auto fill = [&](std::vector<float>& v) {
+    for (auto& f : v) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      f = static_cast<float>(static_cast<std::int32_t>(x >> 32)) * (1.0f / 2147483648.0f);
+    }
+  };
+  fill(s.wte);
+  for (auto& l : s.layers) fill(l);
+  RestoreOne one;
+  one.all = s.wte;
+  for (const auto& l : s.layers) one.all.insert(one.all.end(), l.begin(), l.end());
+  const std::size_t bytes = one.all.size() * sizeof(float);
+
+  ckpt::save(base / "state", s, {.data_files = 0});
+  ckpt::save(base / "one", one, {.data_files = 0});
+  plain_write(base / "plain", reinterpret_cast<const std::byte*>(one.all.data()), bytes);
+  std::printf("%.0f MB: 48 leaves (one of 30%%) and the same bytes as one leaf; %u hardware threads; %s\n",
+              static_cast<double>(bytes) / 1e6, std::thread::hardware_concurrency(), base.c_str());
+
+  RestoreState target = s;  // preallocated, as restore_into wants
+  RestoreOne target_one = one;
+  auto buf = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  std::memset(buf.get(), 0, bytes);
+
+  std::vector<double> pw, rw, ow, pc, rc, oc;
+  auto plain = [&](bool cold) {
+    if (cold) drop_cache(base / "plain");
+    const auto t0 = Clock::now();
+    plain_read(base / "plain", buf.get(), bytes);
+    (cold ? pc : pw).push_back(since(t0));
+  };
+  auto ckpt_state = [&](bool cold) {
+    if (cold) drop_cache(base / "state");
+    const auto t0 = Clock::now();
+    ckpt::restore_into(base / "state", target);
+    (cold ? rc : rw).push_back(since(t0));
+  };
+  auto ckpt_one = [&](bool cold) {
+    if (cold) drop_cache(base / "one");
+    const auto t0 = Clock::now();
+    ckpt::restore_into(base / "one", target_one);
+    (cold ? oc : ow).push_back(since(t0));
+  };
+  // warm-up: everything in the page cache once
+  plain(false), ckpt_state(false), ckpt_one(false);
+  pw.clear(), rw.clear(), ow.clear();
+  for (int r = 0; r < rounds; ++r) {
+    for (bool cold : {false, true}) {
+      if (r % 2) {
+        plain(cold), ckpt_state(cold), ckpt_one(cold);
+      } else {
+        ckpt_one(cold), ckpt_state(cold), plain(cold);
+      }
+    }
+  }
+  if (target.layers[5] != s.layers[5] || target_one.all != one.all) {
+    std::printf("restored bytes differ!\n");
+    return 1;
+  }
+  fs::remove_all(base);
+
+  const double gb = static_cast<double>(bytes) / 1e9;
+  auto row = [&](const char* name, const std::vector<double>& v, const std::vector<double>& b, const char* target,
+                 double min) {
+    const double m = median(v), bm = median(b);
+    std::printf("%-46s %9.3f %8.2f %9.2fx  %s%s\n", name, m, gb / m, bm / m, target,
+                min > 0 ? (bm / m >= min ? "  ok" : "  MISSED") : "");
+  };
+  std::printf("\n%-46s %9s %8s %10s\n", "", "median s", "GB/s", "vs plain");
+  row("plain read, warm (baseline)", pw, pw, "", 0);
+  row("restore_into, 48 leaves, warm, checksums on", rw, pw, ">= 0.90x", 0.9);
+  row("restore_into, 1 leaf, warm, checksums on", ow, pw, ">= 0.90x", 0.9);
+  row("plain read, cold (baseline)", pc, pc, "", 0);
+  row("restore_into, 48 leaves, cold", rc, pc, ">= 0.90x", 0.9);
+  row("restore_into, 1 leaf, cold", oc, pc, ">= 0.90x", 0.9);
+  std::printf("(%d rounds, alternating order; vs plain = plain median / this median)\n", rounds);
+  return 0;
+}
