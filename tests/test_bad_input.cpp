@@ -1563,7 +1563,9 @@ TEST_CASE("hostile input: links out, hard links, FIFOs, devices, bit flips, trun
         attacks.push_back({"invalid UTF-8 msgpack", hostile(bad)});
       }
 
-      for (const auto& [what, attack] : attacks) {
+      for (const auto& one : attacks) {  // not a structured binding: clang 14 cannot CAPTURE one
+        const std::string& what = one.first;
+        const auto& attack = one.second;
         CAPTURE(rel.string());
         CAPTURE(what);
         const fs::path root = t / ("case-" + std::to_string(cases++));
