@@ -5317,7 +5317,11 @@ void naming_target(const fs::path& target, const fs::path& staging, F&& write) {
     std::string what = rename_in(e.message());
     if (cp.size() > s.size() && cp.rfind(s + "/", 0) == 0) what = cp.substr(s.size() + 1) + ": " + what;  // a file in it
     else if (!cp.empty() && cp != s) what = rename_in(cp) + ": " + what;
+    // the same kind of error, so that callers can still tell them apart
     if (dynamic_cast<const CorruptCheckpointError*>(&e)) throw CorruptCheckpointError(t, e.path(), what);
+    if (dynamic_cast<const CancelledError*>(&e)) throw CancelledError(t, e.path(), what);
+    if (dynamic_cast<const ShapeMismatchError*>(&e)) throw ShapeMismatchError(t, e.path(), what);
+    if (dynamic_cast<const DtypeMismatchError*>(&e)) throw DtypeMismatchError(t, e.path(), what);
     throw Error(t, e.path(), what);
   } catch (const std::bad_alloc&) {
     throw;
@@ -8978,7 +8982,8 @@ class CheckpointManager {
     const auto base = dir / detail::manager::items_dir;
     const auto rel = kind == Item::kind::tree ? std::filesystem::path(detail::manager::items_dir) / std::string(name)
                                               : std::filesystem::path(detail::manager::items_dir);
-    if (io::has_symlink_below(dir, rel))  // items/ and a tree item's directory belong to the step
+    // items/ and a tree item's directory belong to the step (object stores have no links)
+    if (!store_ && io::has_symlink_below(dir, rel))
       throw CorruptCheckpointError(dir.string(), "", "item \"" + std::string(name) + "\" is missing or a symbolic link");
     return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
   }

@@ -398,7 +398,8 @@ class CheckpointManager {
     const auto base = dir / detail::manager::items_dir;
     const auto rel = kind == Item::kind::tree ? std::filesystem::path(detail::manager::items_dir) / std::string(name)
                                               : std::filesystem::path(detail::manager::items_dir);
-    if (io::has_symlink_below(dir, rel))  // items/ and a tree item's directory belong to the step
+    // items/ and a tree item's directory belong to the step (object stores have no links)
+    if (!store_ && io::has_symlink_below(dir, rel))
       throw CorruptCheckpointError(dir.string(), "", "item \"" + std::string(name) + "\" is missing or a symbolic link");
     return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
   }
