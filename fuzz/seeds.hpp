@@ -187,6 +187,10 @@ inline int make_seeds(const fs::path& out) {
       seed(out, "zarr3", with_nul(R"({"zarr_format": 3, "node_type": "array", "shape": [6], "data_type": "float32", "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [6]}}, "chunk_key_encoding": {"name": "v2", "configuration": {"separator": "."}}, "fill_value": "NaN", "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}]})", std::string("\x28\xb5\x2f\xfd") + raw));
     }
 
+    // what fuzzing this reader found: a chunk_grid name that is an object made
+    // nlohmann's value() throw a type_error past the reader (now refused as corrupt)
+    seed(out, "zarr3", with_nul(R"({"zarr_format": 3, "node_type": "array", "shape": [2, 3], "data_type": "int16", "chunk_grid": {"name": {"x": 1}, "configuration": {"chunk_shape": [2, 3]}}, "fill_value": 7, "codecs": [{"name": "bytes", "configuration": {"endian": "big"}}]})", std::string(12, '\1')));
+
     // TensorBoard: an event file with a scalar series
     {
       ckpt::tensorboard::EventFileWriter w(work / "tb");

@@ -9707,7 +9707,8 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
     if (!c) fail(".zarray: compressor " + describe(comp["id"]) + " is not supported (gzip, zlib, zstd, blosc, lz4, bz2 or null are)");
     m.compressor = *c;
     if (comp.contains("level") && comp["level"].is_number_integer()) m.level = comp["level"].get<int>();
-    if (*c == io::codec::lz4) m.level = comp.value("acceleration", 1);
+    if (*c == io::codec::lz4)  // (not value(): it throws on a non-number, and the file is untrusted)
+      m.level = comp.contains("acceleration") && comp["acceleration"].is_number_integer() ? comp["acceleration"].get<int>() : 1;
     if (*c == io::codec::blosc) {
       // numcodecs: shuffle -1 is AUTOSHUFFLE (bit shuffle for 1-byte items, else byte)
       if (comp.contains("clevel") && comp["clevel"].is_number_integer()) m.level = comp["clevel"].get<int>();
@@ -12459,7 +12460,7 @@ inline Meta parse_meta(const json& j, const Fail& fail) {
   };
   m.shape = dims(j.contains("shape") ? &j["shape"] : nullptr, "shape");
   const json* grid = j.contains("chunk_grid") ? &j["chunk_grid"] : nullptr;
-  if (!grid || !grid->is_object() || grid->value("name", "") != "regular" || !grid->contains("configuration") ||
+  if (!grid || !grid->is_object() || !grid->contains("name") || grid->at("name") != "regular" || !grid->contains("configuration") ||
       !(*grid)["configuration"].is_object())
     fail("zarr.json: only regular chunk grids are supported");
   m.chunks = dims((*grid)["configuration"].contains("chunk_shape") ? &(*grid)["configuration"]["chunk_shape"] : nullptr, "chunk_shape");

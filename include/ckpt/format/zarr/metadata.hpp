@@ -241,7 +241,8 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
     if (!c) fail(".zarray: compressor " + describe(comp["id"]) + " is not supported (gzip, zlib, zstd, blosc, lz4, bz2 or null are)");
     m.compressor = *c;
     if (comp.contains("level") && comp["level"].is_number_integer()) m.level = comp["level"].get<int>();
-    if (*c == io::codec::lz4) m.level = comp.value("acceleration", 1);
+    if (*c == io::codec::lz4)  // (not value(): it throws on a non-number, and the file is untrusted)
+      m.level = comp.contains("acceleration") && comp["acceleration"].is_number_integer() ? comp["acceleration"].get<int>() : 1;
     if (*c == io::codec::blosc) {
       // numcodecs: shuffle -1 is AUTOSHUFFLE (bit shuffle for 1-byte items, else byte)
       if (comp.contains("clevel") && comp["clevel"].is_number_integer()) m.level = comp["clevel"].get<int>();

@@ -183,7 +183,7 @@ inline Meta parse_meta(const json& j, const Fail& fail) {
   };
   m.shape = dims(j.contains("shape") ? &j["shape"] : nullptr, "shape");
   const json* grid = j.contains("chunk_grid") ? &j["chunk_grid"] : nullptr;
-  if (!grid || !grid->is_object() || grid->value("name", "") != "regular" || !grid->contains("configuration") ||
+  if (!grid || !grid->is_object() || !grid->contains("name") || grid->at("name") != "regular" || !grid->contains("configuration") ||
       !(*grid)["configuration"].is_object())
     fail("zarr.json: only regular chunk grids are supported");
   m.chunks = dims((*grid)["configuration"].contains("chunk_shape") ? &(*grid)["configuration"]["chunk_shape"] : nullptr, "chunk_shape");
