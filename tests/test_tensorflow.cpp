@@ -198,7 +198,7 @@ TEST_CASE("crc32c: the standard check values, masking, and the hardware and tabl
   for (auto& c : s) c = static_cast<char>(rng());
   for (std::size_t n : {0, 1, 7, 8, 9, 63, 1000}) {
     const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-    CHECK(~ckpt::io::crc32c_detail::software(~0u, p, n) == ckpt::io::crc32c(bytes_of(s.substr(0, n))));
+    CHECK(~ckpt::detail::crc32c::software(~0u, p, n) == ckpt::io::crc32c(bytes_of(s.substr(0, n))));
   }
 }
 
@@ -218,7 +218,7 @@ TEST_CASE("TF-Serving's checkpoints (TF 1 and 2, snappy and plain index blocks) 
     CHECK(ckpt::detect_format(saved_model) == "tensorflow");  // a SavedModel directory
     const auto t = ckpt::tf::restore_tree(saved_model / "variables/variables");
     for (const auto& [name, v] : w.scalars) {
-      const auto path = ckpt::tf::bundle_detail::path_of(name);
+      const auto path = ckpt::detail::tf_bundle::path_of(name);
       CHECK(t.leaf(path).dtype() == ckpt::dtype::float32);
       CHECK(t.leaf(path).as<float>() == v);
     }
@@ -251,7 +251,7 @@ TEST_CASE("the Mesh TF T5 checkpoint: the index lists all 105 variables; a full 
     const std::string name = item.key();
     const auto& e = item.value();
     CAPTURE(name);
-    const auto& l = meta.leaf(ckpt::tf::bundle_detail::path_of(name));
+    const auto& l = meta.leaf(ckpt::detail::tf_bundle::path_of(name));
     CHECK(std::string(ckpt::dtype_name(l.dtype())) == e["dtype"].get<std::string>());
     CHECK(l.shape() == e["shape"].get<ckpt::Shape>());
     CHECK(l.byte_length() == e["size"].get<std::uint64_t>());

@@ -6,7 +6,6 @@
 // (a map key holds anything) is written as \0, so that what() is never cut short.
 #pragma once
 
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -34,6 +33,24 @@ class Error : public std::runtime_error {
   // What went wrong, without the checkpoint and path in front.
   const std::string& message() const noexcept { return message_; }
 
+  // Throws a copy of this error, of the same kind, about another checkpoint and with
+  // another message: a save reports what failed in its staging directory as a failure
+  // of the checkpoint the caller asked for (io::naming_target), and a caller must still
+  // be able to catch the kind. Every kind below overrides it through ErrorKind.
+  [[noreturn]] virtual void rethrow_about(std::string checkpoint, std::string what) const {
+    Error copy = *this;
+    copy.reset(std::move(checkpoint), std::move(what));
+    throw copy;
+  }
+
+ protected:
+  // Points this error at another checkpoint and message, keeping its path.
+  void reset(std::string checkpoint, std::string what) {
+    static_cast<std::runtime_error&>(*this) = std::runtime_error(compose(checkpoint, path_, what));
+    checkpoint_ = std::move(checkpoint);
+    message_ = std::move(what);
+  }
+
  private:
   static std::string compose(const std::string& checkpoint, const std::string& path, const std::string& what);
   static std::string no_nul(std::string s) {
@@ -43,11 +60,24 @@ class Error : public std::runtime_error {
   std::string checkpoint_, path_, message_;
 };
 
+// A kind of error: Base's constructors, and rethrow_about() throwing a Kind, so that
+// the kind survives being renamed (see Error::rethrow_about).
+template <class Kind, class Base = Error>
+class ErrorKind : public Base {
+ public:
+  using Base::Base;
+  [[noreturn]] void rethrow_about(std::string checkpoint, std::string what) const override {
+    Kind copy = static_cast<const Kind&>(*this);
+    copy.reset(std::move(checkpoint), std::move(what));
+    throw copy;
+  }
+};
+
 // Leaves the target needs and the checkpoint lacks; lists every one of them.
-class MissingLeafError : public Error {
+class MissingLeafError : public ErrorKind<MissingLeafError> {
  public:
   MissingLeafError(std::string checkpoint, std::vector<std::string> missing)
-      : Error(std::move(checkpoint), join(missing), summary(missing)), missing_(std::move(missing)) {}
+      : ErrorKind(std::move(checkpoint), join(missing), summary(missing)), missing_(std::move(missing)) {}
   const std::vector<std::string>& missing_paths() const noexcept { return missing_; }
 
  private:
@@ -56,70 +86,70 @@ class MissingLeafError : public Error {
   std::vector<std::string> missing_;
 };
 
-class ShapeMismatchError : public Error {
+class ShapeMismatchError : public ErrorKind<ShapeMismatchError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
-class DtypeMismatchError : public Error {
+class DtypeMismatchError : public ErrorKind<DtypeMismatchError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // The files are not a whole, intact checkpoint: a missing commit marker, a
 // checksum that does not match, a truncated or malformed file.
-class CorruptCheckpointError : public Error {
+class CorruptCheckpointError : public ErrorKind<CorruptCheckpointError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // The CheckpointManager's failures, each a kind of its own so that a caller can
 // catch the one it knows how to handle. checkpoint() names the root or the step.
 
 // Another CheckpointManager (this or another process) writes to this root.
-class RootLockedError : public Error {
+class RootLockedError : public ErrorKind<RootLockedError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // save() of a step that exists, without SaveArgs::force.
-class StepExistsError : public Error {
+class StepExistsError : public ErrorKind<StepExistsError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // restore(), delete_step() or a query named a step the root does not hold (or the
 // root holds no step at all).
-class NoSuchStepError : public Error {
+class NoSuchStepError : public ErrorKind<NoSuchStepError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // An asynchronous save failed in the background (thrown by the next save() or
 // wait_until_finished()); what() carries the original failure's message.
-class BackgroundSaveError : public Error {
+class BackgroundSaveError : public ErrorKind<BackgroundSaveError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // wait_until_finished() (or the next save()) gave up after async_timeout; the save
 // keeps running.
-class BackgroundSaveTimeoutError : public BackgroundSaveError {
+class BackgroundSaveTimeoutError : public ErrorKind<BackgroundSaveTimeoutError, BackgroundSaveError> {
  public:
-  using BackgroundSaveError::BackgroundSaveError;
+  using ErrorKind::ErrorKind;
 };
 
 // A write was asked of a manager opened with read_only = true.
-class ReadOnlyError : public Error {
+class ReadOnlyError : public ErrorKind<ReadOnlyError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // A progress callback (SaveOptions::progress, RestoreOptions::progress) returned false:
 // the work stopped, and a save left no checkpoint behind.
-class CancelledError : public Error {
+class CancelledError : public ErrorKind<CancelledError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // A string read from a checkpoint, quoted for an error message: printable ASCII and valid

@@ -55,7 +55,6 @@ inline constexpr const char* library_version = CKPT_VERSION_STRING;
 // parts separately read checkpoint(), path() and message(). A NUL byte in any part
 // (a map key holds anything) is written as \0, so that what() is never cut short.
 
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -193,6 +192,24 @@ class Error : public std::runtime_error {
   // What went wrong, without the checkpoint and path in front.
   const std::string& message() const noexcept { return message_; }
 
+  // Throws a copy of this error, of the same kind, about another checkpoint and with
+  // another message: a save reports what failed in its staging directory as a failure
+  // of the checkpoint the caller asked for (io::naming_target), and a caller must still
+  // be able to catch the kind. Every kind below overrides it through ErrorKind.
+  [[noreturn]] virtual void rethrow_about(std::string checkpoint, std::string what) const {
+    Error copy = *this;
+    copy.reset(std::move(checkpoint), std::move(what));
+    throw copy;
+  }
+
+ protected:
+  // Points this error at another checkpoint and message, keeping its path.
+  void reset(std::string checkpoint, std::string what) {
+    static_cast<std::runtime_error&>(*this) = std::runtime_error(compose(checkpoint, path_, what));
+    checkpoint_ = std::move(checkpoint);
+    message_ = std::move(what);
+  }
+
  private:
   static std::string compose(const std::string& checkpoint, const std::string& path, const std::string& what);
   static std::string no_nul(std::string s) {
@@ -202,11 +219,24 @@ class Error : public std::runtime_error {
   std::string checkpoint_, path_, message_;
 };
 
+// A kind of error: Base's constructors, and rethrow_about() throwing a Kind, so that
+// the kind survives being renamed (see Error::rethrow_about).
+template <class Kind, class Base = Error>
+class ErrorKind : public Base {
+ public:
+  using Base::Base;
+  [[noreturn]] void rethrow_about(std::string checkpoint, std::string what) const override {
+    Kind copy = static_cast<const Kind&>(*this);
+    copy.reset(std::move(checkpoint), std::move(what));
+    throw copy;
+  }
+};
+
 // Leaves the target needs and the checkpoint lacks; lists every one of them.
-class MissingLeafError : public Error {
+class MissingLeafError : public ErrorKind<MissingLeafError> {
  public:
   MissingLeafError(std::string checkpoint, std::vector<std::string> missing)
-      : Error(std::move(checkpoint), join(missing), summary(missing)), missing_(std::move(missing)) {}
+      : ErrorKind(std::move(checkpoint), join(missing), summary(missing)), missing_(std::move(missing)) {}
   const std::vector<std::string>& missing_paths() const noexcept { return missing_; }
 
  private:
@@ -215,70 +245,70 @@ class MissingLeafError : public Error {
   std::vector<std::string> missing_;
 };
 
-class ShapeMismatchError : public Error {
+class ShapeMismatchError : public ErrorKind<ShapeMismatchError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
-class DtypeMismatchError : public Error {
+class DtypeMismatchError : public ErrorKind<DtypeMismatchError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // The files are not a whole, intact checkpoint: a missing commit marker, a
 // checksum that does not match, a truncated or malformed file.
-class CorruptCheckpointError : public Error {
+class CorruptCheckpointError : public ErrorKind<CorruptCheckpointError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // The CheckpointManager's failures, each a kind of its own so that a caller can
 // catch the one it knows how to handle. checkpoint() names the root or the step.
 
 // Another CheckpointManager (this or another process) writes to this root.
-class RootLockedError : public Error {
+class RootLockedError : public ErrorKind<RootLockedError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // save() of a step that exists, without SaveArgs::force.
-class StepExistsError : public Error {
+class StepExistsError : public ErrorKind<StepExistsError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // restore(), delete_step() or a query named a step the root does not hold (or the
 // root holds no step at all).
-class NoSuchStepError : public Error {
+class NoSuchStepError : public ErrorKind<NoSuchStepError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // An asynchronous save failed in the background (thrown by the next save() or
 // wait_until_finished()); what() carries the original failure's message.
-class BackgroundSaveError : public Error {
+class BackgroundSaveError : public ErrorKind<BackgroundSaveError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // wait_until_finished() (or the next save()) gave up after async_timeout; the save
 // keeps running.
-class BackgroundSaveTimeoutError : public BackgroundSaveError {
+class BackgroundSaveTimeoutError : public ErrorKind<BackgroundSaveTimeoutError, BackgroundSaveError> {
  public:
-  using BackgroundSaveError::BackgroundSaveError;
+  using ErrorKind::ErrorKind;
 };
 
 // A write was asked of a manager opened with read_only = true.
-class ReadOnlyError : public Error {
+class ReadOnlyError : public ErrorKind<ReadOnlyError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // A progress callback (SaveOptions::progress, RestoreOptions::progress) returned false:
 // the work stopped, and a save left no checkpoint behind.
-class CancelledError : public Error {
+class CancelledError : public ErrorKind<CancelledError> {
  public:
-  using Error::Error;
+  using ErrorKind::ErrorKind;
 };
 
 // A string read from a checkpoint, quoted for an error message: printable ASCII and valid
@@ -3993,6 +4023,7 @@ class Reader {
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -4067,6 +4098,12 @@ inline nlohmann::json parse_json(std::string_view text, const std::string& check
     // the parser's message quotes what it read last: bounded, and made printable
     throw CorruptCheckpointError(checkpoint, path, what + ": malformed JSON: " + safe_text(e.what(), 200));
   }
+}
+
+// The same, for the bytes of a file.
+inline nlohmann::json parse_json(std::span<const std::byte> bytes, const std::string& checkpoint,
+                                 const std::string& path, const std::string& what) {
+  return parse_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), checkpoint, path, what);
 }
 
 }  // namespace ckpt::detail
@@ -5317,12 +5354,7 @@ void naming_target(const fs::path& target, const fs::path& staging, F&& write) {
     std::string what = rename_in(e.message());
     if (cp.size() > s.size() && cp.rfind(s + "/", 0) == 0) what = cp.substr(s.size() + 1) + ": " + what;  // a file in it
     else if (!cp.empty() && cp != s) what = rename_in(cp) + ": " + what;
-    // the same kind of error, so that callers can still tell them apart
-    if (dynamic_cast<const CorruptCheckpointError*>(&e)) throw CorruptCheckpointError(t, e.path(), what);
-    if (dynamic_cast<const CancelledError*>(&e)) throw CancelledError(t, e.path(), what);
-    if (dynamic_cast<const ShapeMismatchError*>(&e)) throw ShapeMismatchError(t, e.path(), what);
-    if (dynamic_cast<const DtypeMismatchError*>(&e)) throw DtypeMismatchError(t, e.path(), what);
-    throw Error(t, e.path(), what);
+    e.rethrow_about(t, what);  // the same kind of error, so that callers can still tell them apart
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {
@@ -8244,9 +8276,8 @@ inline bool parse_entry(std::span<const std::byte> b, BundleEntry& e) {
 #define CKPT_CRC32C_X86 1
 #endif
 
-namespace ckpt::io {
+namespace ckpt::detail::crc32c {
 
-namespace crc32c_detail {
 inline constexpr std::uint32_t poly = 0x82F63B78u;  // reflected Castagnoli polynomial
 
 constexpr std::array<std::array<std::uint32_t, 256>, 8> make_tables() {
@@ -8298,16 +8329,18 @@ inline bool have_sse42() noexcept {
   return yes;
 }
 #endif
-}  // namespace crc32c_detail
+}  // namespace ckpt::detail::crc32c
+
+namespace ckpt::io {
 
 // Extends a finished crc32c value (0 for none yet) with more bytes.
 inline std::uint32_t crc32c_extend(std::uint32_t crc, std::span<const std::byte> bytes) noexcept {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   std::uint32_t state = ~crc;
 #ifdef CKPT_CRC32C_X86
-  if (crc32c_detail::have_sse42()) return ~crc32c_detail::hardware(state, p, bytes.size());
+  if (ckpt::detail::crc32c::have_sse42()) return ~ckpt::detail::crc32c::hardware(state, p, bytes.size());
 #endif
-  return ~crc32c_detail::software(state, p, bytes.size());
+  return ~ckpt::detail::crc32c::software(state, p, bytes.size());
 }
 
 inline std::uint32_t crc32c(std::span<const std::byte> bytes) noexcept { return crc32c_extend(0, bytes); }
@@ -8334,7 +8367,9 @@ namespace ckpt::io {
 // TensorBoard's images and graphs rarely exceed a few MB).
 inline constexpr std::uint64_t max_tfrecord_bytes = std::uint64_t{256} << 20;
 
-namespace tfrecord_detail {
+}  // namespace ckpt::io
+
+namespace ckpt::detail::tfrecord {
 inline std::uint64_t le(std::span<const std::byte> b) {
   std::uint64_t v = 0;
   for (std::size_t i = b.size(); i-- > 0;) v = (v << 8) | static_cast<std::uint8_t>(b[i]);
@@ -8343,12 +8378,14 @@ inline std::uint64_t le(std::span<const std::byte> b) {
 inline void put_le(std::vector<std::byte>& out, std::uint64_t v, int n) {
   for (int i = 0; i < n; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
 }
-}  // namespace tfrecord_detail
+}  // namespace ckpt::detail::tfrecord
+
+namespace ckpt::io {
 
 // Calls f(record bytes) for every complete record of the file, in order.
 template <class F>
 void for_each_tfrecord(const fs::path& file, F&& f) {
-  namespace td = tfrecord_detail;
+  namespace td = ckpt::detail::tfrecord;
   File in = File::open_read(file);
   const std::uint64_t size = in.size(file);
   std::uint64_t at = 0;
@@ -8376,7 +8413,7 @@ void for_each_tfrecord(const fs::path& file, F&& f) {
 
 // One framed record, ready to append to a file.
 inline std::vector<std::byte> frame_tfrecord(std::span<const std::byte> data) {
-  namespace td = tfrecord_detail;
+  namespace td = ckpt::detail::tfrecord;
   std::vector<std::byte> out;
   out.reserve(data.size() + 16);
   td::put_le(out, data.size(), 8);
@@ -9571,16 +9608,6 @@ inline json compressor_json(const ArrayMeta& m) {
   return json{{"id", io::codec_name(m.compressor)}, {"level", m.level}};
 }
 
-// Parses JSON text from an untrusted file, naming the file in errors (nesting bounded:
-// detail::parse_json).
-inline json parse_json(std::span<const std::byte> bytes, const std::string& checkpoint, const std::string& path,
-                       const std::string& what) {
-  return ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, checkpoint, path, what);
-}
-
-// An untrusted JSON value in a message: bounded, never a whole dump().
-inline std::string describe(const json& j) { return ckpt::detail::describe(j); }
-
 inline json read_json_file(const fs::path& file, const std::string& checkpoint, const std::string& path) {
   std::vector<std::byte> bytes;
   try {
@@ -9588,7 +9615,7 @@ inline json read_json_file(const fs::path& file, const std::string& checkpoint, 
   } catch (const Error& e) {
     throw CorruptCheckpointError(checkpoint, path, file.filename().string() + " cannot be read: " + e.what());
   }
-  return parse_json(bytes, checkpoint, path, file.filename().string());
+  return ckpt::detail::parse_json(bytes, checkpoint, path, file.filename().string());
 }
 
 }  // namespace ckpt::zarr
@@ -9620,12 +9647,12 @@ inline std::vector<std::byte> decode_fill(const json& j, dtype d, const std::fun
   if (j.is_null()) return out;
   auto num = [&](const json& v) {
     auto x = detail::zarr_array::json_number(v);
-    if (!x) fail("fill_value " + describe(j) + " is not a number");
+    if (!x) fail("fill_value " + ckpt::detail::describe(j) + " is not a number");
     return *x;
   };
   auto integer = [&]<class I>(I) {
     if (j.is_boolean()) return detail::zarr_array::put<I>(out, static_cast<I>(j.get<bool>()));
-    if (!j.is_number_integer() && !j.is_number_unsigned()) fail("fill_value " + describe(j) + " is not an integer");
+    if (!j.is_number_integer() && !j.is_number_unsigned()) fail("fill_value " + ckpt::detail::describe(j) + " is not an integer");
     if (j.is_number_unsigned()) detail::zarr_array::put<I>(out, static_cast<I>(j.get<std::uint64_t>()));
     else detail::zarr_array::put<I>(out, static_cast<I>(j.get<std::int64_t>()));
   };
@@ -9673,14 +9700,14 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
   };
   ArrayMeta m;
   if (const json& f = get("zarr_format"); !f.is_number_integer() || f.get<std::int64_t>() != 2)
-    fail(".zarray: zarr_format " + describe(f) + " is not 2");
+    fail(".zarray: zarr_format " + ckpt::detail::describe(f) + " is not 2");
   auto dims = [&](const json& a, const char* what) {
     Shape s;
     if (!a.is_array() || static_cast<std::int64_t>(a.size()) > max_rank) fail(std::string(".zarray: ") + what + " is not a list of at most 32 numbers");
     for (const auto& d : a) {
       if (!d.is_number_integer() && !d.is_number_unsigned()) fail(std::string(".zarray: ") + what + " holds a non-integer");
       if (d.is_number_unsigned() ? d.get<std::uint64_t>() > (std::uint64_t{1} << 62) : d.get<std::int64_t>() < 0)
-        fail(std::string(".zarray: ") + what + " holds " + describe(d));
+        fail(std::string(".zarray: ") + what + " holds " + ckpt::detail::describe(d));
       s.push_back(d.get<std::int64_t>());
     }
     return s;
@@ -9692,9 +9719,9 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
     if (c < 1) fail(".zarray: a chunk dimension is 0");
   if (element_count(m.shape) < 0 || element_count(m.chunks) < 0) fail(".zarray: shape or chunks overflow");
   const json& dt = get("dtype");
-  if (!dt.is_string()) fail(".zarray: dtype " + describe(dt) + " is not supported (structured dtypes are not)");
+  if (!dt.is_string()) fail(".zarray: dtype " + ckpt::detail::describe(dt) + " is not supported (structured dtypes are not)");
   const auto d = dtype_from_typestr(dt.get<std::string>(), m.big_endian);
-  if (!d) fail(".zarray: dtype " + describe(dt) + " is not supported");
+  if (!d) fail(".zarray: dtype " + ckpt::detail::describe(dt) + " is not supported");
   m.type = *d;
   const std::uint64_t es = dtype_size(m.type);
   if (static_cast<std::uint64_t>(element_count(m.shape)) > (std::uint64_t{1} << 62) / es ||
@@ -9704,7 +9731,7 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
   if (!comp.is_null()) {
     if (!comp.is_object() || !comp.contains("id") || !comp["id"].is_string()) fail(".zarray: compressor is malformed");
     const auto c = codec_from_id(comp["id"].get<std::string>());
-    if (!c) fail(".zarray: compressor " + describe(comp["id"]) + " is not supported (gzip, zlib, zstd, blosc, lz4, bz2 or null are)");
+    if (!c) fail(".zarray: compressor " + ckpt::detail::describe(comp["id"]) + " is not supported (gzip, zlib, zstd, blosc, lz4, bz2 or null are)");
     m.compressor = *c;
     if (comp.contains("level") && comp["level"].is_number_integer()) m.level = comp["level"].get<int>();
     if (*c == io::codec::lz4)  // (not value(): it throws on a non-number, and the file is untrusted)
@@ -9727,11 +9754,11 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
     fail(".zarray: filters are not supported");
   if (auto it = j.find("order"); it != j.end()) {
     if (*it == "F") m.fortran = true;
-    else if (*it != "C") fail(".zarray: order " + describe(*it) + " is neither C nor F");
+    else if (*it != "C") fail(".zarray: order " + ckpt::detail::describe(*it) + " is neither C nor F");
   }
   if (auto it = j.find("dimension_separator"); it != j.end() && !it->is_null()) {
     if (*it == "/") m.separator = '/';
-    else if (*it != ".") fail(".zarray: dimension_separator " + describe(*it) + " is neither \".\" nor \"/\"");
+    else if (*it != ".") fail(".zarray: dimension_separator " + ckpt::detail::describe(*it) + " is neither \".\" nor \"/\"");
   }
   if (auto it = j.find("fill_value"); it != j.end()) m.fill = decode_fill(*it, m.type, fail);
   return m;
@@ -11927,7 +11954,7 @@ inline void add_array(interop::IndexBuilder& b, const fs::path& dir, const fs::p
     if (!z.contains("dtype")) {
       if (!spec->contains("dtype") || !(*spec)["dtype"].is_string()) fail("TensorStore spec has no dtype");
       const auto d = zarr::dtype_from_numpy_name((*spec)["dtype"].get<std::string>());
-      if (!d) fail("TensorStore dtype " + zarr::describe((*spec)["dtype"]) + " is not supported");
+      if (!d) fail("TensorStore dtype " + detail::describe((*spec)["dtype"]) + " is not supported");
       z["dtype"] = zarr::typestr(*d);
     }
     if (!z.contains("chunks") && z.contains("shape")) z["chunks"] = z["shape"];
@@ -11961,13 +11988,13 @@ inline interop::SpecialLeaf special(const fs::path& dir) {
     }
     if (spec["driver"] != "zarr")
       throw CorruptCheckpointError(b.checkpoint(), p.str(),
-                                   "TensorStore driver " + zarr::describe(spec["driver"]) + " is not supported");
+                                   "TensorStore driver " + detail::describe(spec["driver"]) + " is not supported");
     std::string path;
     if (spec.contains("kvstore") && spec["kvstore"].is_object()) {
       const json& kv = spec["kvstore"];
       if (kv.contains("driver") && kv["driver"] != "file" && kv["driver"] != "gfile")
         throw CorruptCheckpointError(b.checkpoint(), p.str(),
-                                     "kvstore driver " + zarr::describe(kv["driver"]) + " is not supported");
+                                     "kvstore driver " + detail::describe(kv["driver"]) + " is not supported");
       if (kv.contains("path") && kv["path"].is_string()) path = kv["path"].get<std::string>();
     } else if (spec.contains("path") && spec["path"].is_string()) {
       path = spec["path"].get<std::string>();
@@ -12190,7 +12217,7 @@ Array open_kv_array(std::shared_ptr<const io::KvStore> kv, const std::string& na
     fail(doc + " cannot be read: " + e.what());
   }
   if (!text) fail("array " + a.key(doc) + " is missing");
-  a.meta = parse(parse_json(*text, checkpoint, path, doc), fail);
+  a.meta = parse(ckpt::detail::parse_json(*text, checkpoint, path, doc), fail);
   const auto bad = plausible(a.meta.bytes(), a.meta.chunk_bytes(), grid_size(a.meta.shape, a.meta.chunks),
                              stored_bytes(*a.kv, name.empty() ? "" : name + "/"));
   if (!bad.empty()) fail(bad);
@@ -13889,7 +13916,12 @@ inline std::optional<dtype> dtype_of(int code) {
   return std::nullopt;
 }
 
-namespace bundle_detail {
+}  // namespace ckpt::tf
+
+// The bundle reader's internals.
+namespace ckpt::detail::tf_bundle {
+
+namespace fs = std::filesystem;
 
 inline constexpr std::int64_t max_shards = 100'000;
 inline constexpr std::uint64_t max_state_file_bytes = 1 << 20;
@@ -13947,7 +13979,7 @@ class BundleReader final : public IndexReader {
   // covers the fixed-width length, that crc and the bytes.
   template <class Fail>
   static std::string decode_string(std::span<const std::byte> raw, std::optional<std::uint32_t> masked, Fail&& fail) {
-    proto::WireReader r(raw);
+    tf::proto::WireReader r(raw);
     std::uint64_t len = 0;
     if (!r.varint(len)) fail("malformed string length");
     std::size_t at = 0;
@@ -14024,7 +14056,9 @@ inline bool is_file(const fs::path& p) {
 }
 inline fs::path with_suffix(const fs::path& p, const char* s) { return fs::path(p.string() + s); }
 
-}  // namespace bundle_detail
+}  // namespace ckpt::detail::tf_bundle
+
+namespace ckpt::tf {
 
 // The checkpoint prefix that prefix_or_dir names, as tf.train.load_checkpoint resolves it:
 // a prefix (PREFIX.index exists), PREFIX.index itself, a directory whose `checkpoint`
@@ -14032,7 +14066,7 @@ inline fs::path with_suffix(const fs::path& p, const char* s) { return fs::path(
 // longer exists is looked up by its name in the directory, as after a move), a
 // SavedModel directory (variables/variables). nullopt when none applies.
 inline std::optional<fs::path> find_prefix(const fs::path& p) {
-  namespace bd = bundle_detail;
+  namespace bd = ckpt::detail::tf_bundle;
   std::error_code ec;
   if (bd::is_file(bd::with_suffix(p, ".index"))) return p;
   if (p.extension() == ".index" && bd::is_file(p)) return p.parent_path() / p.stem();
@@ -14050,7 +14084,7 @@ inline std::optional<fs::path> find_prefix(const fs::path& p) {
 
 // Opens the bundle at a prefix (or anything find_prefix resolves).
 inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
-  namespace bd = bundle_detail;
+  namespace bd = ckpt::detail::tf_bundle;
   const std::string ckpt = prefix_or_dir.string();
   const auto prefix = find_prefix(prefix_or_dir);
   if (!prefix) throw Error(ckpt, "", "no TensorFlow checkpoint here (no PREFIX.index, no `checkpoint` state file)");
@@ -14271,11 +14305,11 @@ inline Tree convert(const std::filesystem::path& prefix_or_dir, const Translator
                                              " (map them, or pass .skip_unmapped = true)");
   }
   // Rename through temporary names so that one variable's new path can be another's old one.
-  for (const auto& name : unmapped) t.erase(bundle_detail::path_of(name).str());
+  for (const auto& name : unmapped) t.erase(ckpt::detail::tf_bundle::path_of(name).str());
   std::vector<std::string> tmp_names;
   for (std::size_t i = 0; i < moves.size(); ++i) {
     const std::string tmp = Path::escape("\x01tf-convert-" + std::to_string(i));
-    t.rename(bundle_detail::path_of(moves[i].first).str(), tmp);
+    t.rename(ckpt::detail::tf_bundle::path_of(moves[i].first).str(), tmp);
     tmp_names.push_back(tmp);
   }
   std::map<std::string, std::string> by_path;
@@ -14314,8 +14348,8 @@ struct tensorflow {
     try {
       const auto prefix = tf::find_prefix(p);
       if (!prefix) return false;
-      const auto index = tf::bundle_detail::with_suffix(*prefix, ".index");
-      if (!tf::bundle_detail::is_file(index)) return tf::bundle_detail::is_file(*prefix);  // V1: open() explains
+      const auto index = detail::tf_bundle::with_suffix(*prefix, ".index");
+      if (!detail::tf_bundle::is_file(index)) return detail::tf_bundle::is_file(*prefix);  // V1: open() explains
       io::File f = io::File::open_read(index);
       const std::uint64_t n = f.size(index);
       if (n < tf::table::footer_size) return false;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -88,6 +89,12 @@ inline nlohmann::json parse_json(std::string_view text, const std::string& check
     // the parser's message quotes what it read last: bounded, and made printable
     throw CorruptCheckpointError(checkpoint, path, what + ": malformed JSON: " + safe_text(e.what(), 200));
   }
+}
+
+// The same, for the bytes of a file.
+inline nlohmann::json parse_json(std::span<const std::byte> bytes, const std::string& checkpoint,
+                                 const std::string& path, const std::string& what) {
+  return parse_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), checkpoint, path, what);
 }
 
 }  // namespace ckpt::detail

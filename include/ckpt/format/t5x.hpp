@@ -96,7 +96,7 @@ inline void add_array(interop::IndexBuilder& b, const fs::path& dir, const fs::p
     if (!z.contains("dtype")) {
       if (!spec->contains("dtype") || !(*spec)["dtype"].is_string()) fail("TensorStore spec has no dtype");
       const auto d = zarr::dtype_from_numpy_name((*spec)["dtype"].get<std::string>());
-      if (!d) fail("TensorStore dtype " + zarr::describe((*spec)["dtype"]) + " is not supported");
+      if (!d) fail("TensorStore dtype " + detail::describe((*spec)["dtype"]) + " is not supported");
       z["dtype"] = zarr::typestr(*d);
     }
     if (!z.contains("chunks") && z.contains("shape")) z["chunks"] = z["shape"];
@@ -130,13 +130,13 @@ inline interop::SpecialLeaf special(const fs::path& dir) {
     }
     if (spec["driver"] != "zarr")
       throw CorruptCheckpointError(b.checkpoint(), p.str(),
-                                   "TensorStore driver " + zarr::describe(spec["driver"]) + " is not supported");
+                                   "TensorStore driver " + detail::describe(spec["driver"]) + " is not supported");
     std::string path;
     if (spec.contains("kvstore") && spec["kvstore"].is_object()) {
       const json& kv = spec["kvstore"];
       if (kv.contains("driver") && kv["driver"] != "file" && kv["driver"] != "gfile")
         throw CorruptCheckpointError(b.checkpoint(), p.str(),
-                                     "kvstore driver " + zarr::describe(kv["driver"]) + " is not supported");
+                                     "kvstore driver " + detail::describe(kv["driver"]) + " is not supported");
       if (kv.contains("path") && kv["path"].is_string()) path = kv["path"].get<std::string>();
     } else if (spec.contains("path") && spec["path"].is_string()) {
       path = spec["path"].get<std::string>();

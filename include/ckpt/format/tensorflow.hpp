@@ -25,8 +25,8 @@ struct tensorflow {
     try {
       const auto prefix = tf::find_prefix(p);
       if (!prefix) return false;
-      const auto index = tf::bundle_detail::with_suffix(*prefix, ".index");
-      if (!tf::bundle_detail::is_file(index)) return tf::bundle_detail::is_file(*prefix);  // V1: open() explains
+      const auto index = detail::tf_bundle::with_suffix(*prefix, ".index");
+      if (!detail::tf_bundle::is_file(index)) return detail::tf_bundle::is_file(*prefix);  // V1: open() explains
       io::File f = io::File::open_read(index);
       const std::uint64_t n = f.size(index);
       if (n < tf::table::footer_size) return false;

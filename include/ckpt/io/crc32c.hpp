@@ -18,9 +18,8 @@
 #define CKPT_CRC32C_X86 1
 #endif
 
-namespace ckpt::io {
+namespace ckpt::detail::crc32c {
 
-namespace crc32c_detail {
 inline constexpr std::uint32_t poly = 0x82F63B78u;  // reflected Castagnoli polynomial
 
 constexpr std::array<std::array<std::uint32_t, 256>, 8> make_tables() {
@@ -72,16 +71,18 @@ inline bool have_sse42() noexcept {
   return yes;
 }
 #endif
-}  // namespace crc32c_detail
+}  // namespace ckpt::detail::crc32c
+
+namespace ckpt::io {
 
 // Extends a finished crc32c value (0 for none yet) with more bytes.
 inline std::uint32_t crc32c_extend(std::uint32_t crc, std::span<const std::byte> bytes) noexcept {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   std::uint32_t state = ~crc;
 #ifdef CKPT_CRC32C_X86
-  if (crc32c_detail::have_sse42()) return ~crc32c_detail::hardware(state, p, bytes.size());
+  if (ckpt::detail::crc32c::have_sse42()) return ~ckpt::detail::crc32c::hardware(state, p, bytes.size());
 #endif
-  return ~crc32c_detail::software(state, p, bytes.size());
+  return ~ckpt::detail::crc32c::software(state, p, bytes.size());
 }
 
 inline std::uint32_t crc32c(std::span<const std::byte> bytes) noexcept { return crc32c_extend(0, bytes); }

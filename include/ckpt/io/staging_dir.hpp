@@ -237,12 +237,7 @@ void naming_target(const fs::path& target, const fs::path& staging, F&& write) {
     std::string what = rename_in(e.message());
     if (cp.size() > s.size() && cp.rfind(s + "/", 0) == 0) what = cp.substr(s.size() + 1) + ": " + what;  // a file in it
     else if (!cp.empty() && cp != s) what = rename_in(cp) + ": " + what;
-    // the same kind of error, so that callers can still tell them apart
-    if (dynamic_cast<const CorruptCheckpointError*>(&e)) throw CorruptCheckpointError(t, e.path(), what);
-    if (dynamic_cast<const CancelledError*>(&e)) throw CancelledError(t, e.path(), what);
-    if (dynamic_cast<const ShapeMismatchError*>(&e)) throw ShapeMismatchError(t, e.path(), what);
-    if (dynamic_cast<const DtypeMismatchError*>(&e)) throw DtypeMismatchError(t, e.path(), what);
-    throw Error(t, e.path(), what);
+    e.rethrow_about(t, what);  // the same kind of error, so that callers can still tell them apart
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {

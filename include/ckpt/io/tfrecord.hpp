@@ -22,7 +22,9 @@ namespace ckpt::io {
 // TensorBoard's images and graphs rarely exceed a few MB).
 inline constexpr std::uint64_t max_tfrecord_bytes = std::uint64_t{256} << 20;
 
-namespace tfrecord_detail {
+}  // namespace ckpt::io
+
+namespace ckpt::detail::tfrecord {
 inline std::uint64_t le(std::span<const std::byte> b) {
   std::uint64_t v = 0;
   for (std::size_t i = b.size(); i-- > 0;) v = (v << 8) | static_cast<std::uint8_t>(b[i]);
@@ -31,12 +33,14 @@ inline std::uint64_t le(std::span<const std::byte> b) {
 inline void put_le(std::vector<std::byte>& out, std::uint64_t v, int n) {
   for (int i = 0; i < n; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
 }
-}  // namespace tfrecord_detail
+}  // namespace ckpt::detail::tfrecord
+
+namespace ckpt::io {
 
 // Calls f(record bytes) for every complete record of the file, in order.
 template <class F>
 void for_each_tfrecord(const fs::path& file, F&& f) {
-  namespace td = tfrecord_detail;
+  namespace td = ckpt::detail::tfrecord;
   File in = File::open_read(file);
   const std::uint64_t size = in.size(file);
   std::uint64_t at = 0;
@@ -64,7 +68,7 @@ void for_each_tfrecord(const fs::path& file, F&& f) {
 
 // One framed record, ready to append to a file.
 inline std::vector<std::byte> frame_tfrecord(std::span<const std::byte> data) {
-  namespace td = tfrecord_detail;
+  namespace td = ckpt::detail::tfrecord;
   std::vector<std::byte> out;
   out.reserve(data.size() + 16);
   td::put_le(out, data.size(), 8);

@@ -106,7 +106,10 @@ struct S3Options {
 
 namespace storage {
 
-namespace s3_detail {
+}  // namespace storage
+
+// S3 internals: libcurl plumbing, SigV4 helpers, XML bits, the per-process defaults.
+namespace detail::s3 {
 
 inline void global_init() {
   static const bool done = [] {
@@ -185,7 +188,7 @@ inline std::string xml_first(std::string_view xml, std::string_view tag) {
 
 // The concatenation of pieces, seekable: what a PUT body reads from.
 struct Body {
-  std::span<const ConstBytes> pieces;
+  std::span<const storage::ConstBytes> pieces;
   std::size_t piece = 0, at = 0;
   void seek(std::uint64_t offset) {
     piece = 0;
@@ -227,7 +230,7 @@ struct Request {
   std::string key;    // "" for the bucket itself
   std::string query;  // sorted by name, values encoded (SigV4's canonical form)
   std::vector<std::string> headers;
-  std::span<const ConstBytes> body{};  // PUT / POST body
+  std::span<const storage::ConstBytes> body{};  // PUT / POST body
   std::uint64_t body_size = 0;
   std::span<std::byte> into{};  // GET: the bytes go straight here
   bool to_dst = false;
@@ -331,12 +334,14 @@ inline bool retryable(CURLcode c) {
 }
 inline bool retryable(long status) { return status == 429 || status == 408 || status >= 500; }
 
-}  // namespace s3_detail
+}  // namespace detail::s3
+
+namespace storage {
 
 class S3Storage final : public Storage {
  public:
   S3Storage(std::string bucket, const S3Options& options) : bucket_(std::move(bucket)), opt_(options.resolved()) {
-    s3_detail::global_init();
+    ckpt::detail::s3::global_init();
   }
   S3Storage(const S3Storage&) = delete;
   S3Storage& operator=(const S3Storage&) = delete;
@@ -353,7 +358,7 @@ class S3Storage final : public Storage {
     std::uint64_t total = 0;
     for (const auto& p : pieces) total += p.size();
     if (total <= opt_.multipart_threshold) {
-      s3_detail::Request r;
+      ckpt::detail::s3::Request r;
       r.method = "PUT";
       r.key = key;
       r.body = pieces;
@@ -393,13 +398,13 @@ class S3Storage final : public Storage {
     const std::uint64_t target = std::clamp<std::uint64_t>((total + opt_.connections - 1) / opt_.connections, part,
                                                            std::max<std::uint64_t>(part, std::uint64_t{256} << 20));
     constexpr std::uint64_t max_gap = std::uint64_t{64} << 10;
-    std::vector<s3_detail::Range> ranges;
+    std::vector<ckpt::detail::s3::Range> ranges;
     for (auto& [key, segs] : by_key) {
       std::sort(segs.begin(), segs.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
-      s3_detail::Range cur;
+      ckpt::detail::s3::Range cur;
       auto close = [&] {
         if (!cur.pieces.empty()) ranges.push_back(std::move(cur));
-        cur = s3_detail::Range{};
+        cur = ckpt::detail::s3::Range{};
       };
       for (const ReadSegment* seg : segs) {
         std::uint64_t off = seg->offset;
@@ -423,7 +428,7 @@ class S3Storage final : public Storage {
   }
 
   std::optional<std::uint64_t> size(const std::string& key) const override {
-    s3_detail::Request r;
+    ckpt::detail::s3::Request r;
     r.method = "HEAD";
     r.key = key;
     const auto res = perform(r, {404});
@@ -432,7 +437,7 @@ class S3Storage final : public Storage {
   }
 
   std::optional<std::vector<std::byte>> read_all(const std::string& key, std::uint64_t max_bytes) const override {
-    s3_detail::Request r;
+    ckpt::detail::s3::Request r;
     r.key = key;
     r.max_body = max_bytes;
     const auto res = perform(r, {404});
@@ -445,18 +450,18 @@ class S3Storage final : public Storage {
     std::vector<std::string> keys;
     std::string token;
     for (int page = 0;; ++page) {
-      s3_detail::Request r;
+      ckpt::detail::s3::Request r;
       r.key = "";
       std::string q;
-      if (!token.empty()) q += "continuation-token=" + s3_detail::encode(token, false) + "&";
+      if (!token.empty()) q += "continuation-token=" + ckpt::detail::s3::encode(token, false) + "&";
       q += "list-type=2";
       if (opt_.list_page_size) q += "&max-keys=" + std::to_string(opt_.list_page_size);
-      q += "&prefix=" + s3_detail::encode(prefix, false);
+      q += "&prefix=" + ckpt::detail::s3::encode(prefix, false);
       r.query = q;
       const auto res = perform(r);
-      for (auto& k : s3_detail::xml_all(res.body, "Key")) keys.push_back(std::move(k));
-      if (s3_detail::xml_first(res.body, "IsTruncated") != "true") break;
-      token = s3_detail::xml_first(res.body, "NextContinuationToken");
+      for (auto& k : ckpt::detail::s3::xml_all(res.body, "Key")) keys.push_back(std::move(k));
+      if (ckpt::detail::s3::xml_first(res.body, "IsTruncated") != "true") break;
+      token = ckpt::detail::s3::xml_first(res.body, "NextContinuationToken");
       if (token.empty()) throw Error(url(prefix), "", "S3 LIST: a truncated page without a continuation token");
     }
     std::sort(keys.begin(), keys.end());
@@ -465,7 +470,7 @@ class S3Storage final : public Storage {
 
   void remove(const std::vector<std::string>& keys) override {
     parallel(keys.size(), [&](std::size_t i) {
-      s3_detail::Request r;
+      ckpt::detail::s3::Request r;
       r.method = "DELETE";
       r.key = keys[i];
       perform(r, {404});
@@ -523,20 +528,20 @@ class S3Storage final : public Storage {
     if (error) std::rethrow_exception(error);
   }
 
-  std::string object_url(const s3_detail::Request& r) const {
+  std::string object_url(const ckpt::detail::s3::Request& r) const {
     std::string u = opt_.endpoint + "/" + bucket_;
-    if (!r.key.empty()) u += "/" + s3_detail::encode(r.key, true);
+    if (!r.key.empty()) u += "/" + ckpt::detail::s3::encode(r.key, true);
     if (!r.query.empty()) u += "?" + r.query;
     return u;
   }
 
   // One request, retried; a status in `ok_also` (404 for HEAD) is returned, not thrown.
-  s3_detail::Response perform(const s3_detail::Request& r, std::initializer_list<long> ok_also = {}) const {
+  ckpt::detail::s3::Response perform(const ckpt::detail::s3::Request& r, std::initializer_list<long> ok_also = {}) const {
     const std::string url = object_url(r);
     std::string last;
     std::mt19937 rng(std::random_device{}());
     for (int attempt = 0;; ++attempt) {
-      s3_detail::Response res;
+      ckpt::detail::s3::Response res;
       CURLcode rc = CURLE_OK;
       char errbuf[CURL_ERROR_SIZE] = {};
       CURL* c = acquire();
@@ -552,17 +557,17 @@ class S3Storage final : public Storage {
         if (res.status >= 200 && res.status < 300) {
           // CompleteMultipartUpload can fail with 200 and an error document
           if (r.query.starts_with("uploadId=") && res.body.find("<Error>") != std::string::npos)
-            last = "HTTP 200 with an error: " + s3_detail::xml_first(res.body, "Code") + ": " +
-                   s3_detail::xml_first(res.body, "Message");
+            last = "HTTP 200 with an error: " + ckpt::detail::s3::xml_first(res.body, "Code") + ": " +
+                   ckpt::detail::s3::xml_first(res.body, "Message");
           else
             return res;
         } else if (std::find(ok_also.begin(), ok_also.end(), res.status) != ok_also.end()) {
           return res;
         } else {
           std::string msg = "HTTP " + std::to_string(res.status);
-          const std::string code = s3_detail::xml_first(res.body, "Code");
-          if (!code.empty()) msg += " " + code + ": " + s3_detail::xml_first(res.body, "Message");
-          if (!s3_detail::retryable(res.status) || attempt >= opt_.max_retries) {
+          const std::string code = ckpt::detail::s3::xml_first(res.body, "Code");
+          if (!code.empty()) msg += " " + code + ": " + ckpt::detail::s3::xml_first(res.body, "Message");
+          if (!ckpt::detail::s3::retryable(res.status) || attempt >= opt_.max_retries) {
             if (res.status == 403) msg += " (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or S3Options)";
             throw Error(url_for(r), "", "S3 " + what + " failed: " + msg + attempts(attempt));
           }
@@ -576,7 +581,7 @@ class S3Storage final : public Storage {
                                                            " bytes allowed");
         }
         std::string msg = std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(" (") + errbuf + ")" : "");
-        if (!s3_detail::retryable(rc) || attempt >= opt_.max_retries)
+        if (!ckpt::detail::s3::retryable(rc) || attempt >= opt_.max_retries)
           throw Error(url_for(r), "", "S3 " + what + " failed: " + msg + attempts(attempt));
         last = msg;
       }
@@ -589,12 +594,12 @@ class S3Storage final : public Storage {
   static std::string attempts(int attempt) {
     return attempt == 0 ? std::string() : " (after " + std::to_string(attempt + 1) + " attempts)";
   }
-  std::string url_for(const s3_detail::Request& r) const { return r.key.empty() ? root_url() : url(r.key); }
+  std::string url_for(const ckpt::detail::s3::Request& r) const { return r.key.empty() ? root_url() : url(r.key); }
 
-  CURLcode run(CURL* c, const s3_detail::Request& r, const std::string& url, s3_detail::Response& res,
+  CURLcode run(CURL* c, const ckpt::detail::s3::Request& r, const std::string& url, ckpt::detail::s3::Response& res,
                char* errbuf) const {
     curl_easy_reset(c);
-    s3_detail::Transfer t{&r, &res, c, s3_detail::Body{r.body}};
+    ckpt::detail::s3::Transfer t{&r, &res, c, ckpt::detail::s3::Body{r.body}};
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L << 10);  // fewer, larger write callbacks
@@ -611,9 +616,9 @@ class S3Storage final : public Storage {
       curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
       curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
     }
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &s3_detail::on_write);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &ckpt::detail::s3::on_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, &s3_detail::on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, &ckpt::detail::s3::on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
     const std::string region_spec = "aws:amz:" + opt_.region + ":s3";
     if (!opt_.access_key_id.empty()) {
@@ -646,9 +651,9 @@ class S3Storage final : public Storage {
       curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
     }
     if (m == "PUT" || m == "POST") {
-      curl_easy_setopt(c, CURLOPT_READFUNCTION, &s3_detail::on_read);
+      curl_easy_setopt(c, CURLOPT_READFUNCTION, &ckpt::detail::s3::on_read);
       curl_easy_setopt(c, CURLOPT_READDATA, &t);
-      curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, &s3_detail::on_seek);
+      curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, &ckpt::detail::s3::on_seek);
       curl_easy_setopt(c, CURLOPT_SEEKDATA, &t);
     }
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
@@ -663,7 +668,7 @@ class S3Storage final : public Storage {
   }
 
   void get_range(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const {
-    s3_detail::Request r;
+    ckpt::detail::s3::Request r;
     r.key = key;
     r.into = dst;
     r.to_dst = true;
@@ -675,8 +680,8 @@ class S3Storage final : public Storage {
                                                      " (truncated?)");
   }
 
-  void get_scattered(const s3_detail::Range& range) const {
-    s3_detail::Request r;
+  void get_scattered(const ckpt::detail::s3::Range& range) const {
+    ckpt::detail::s3::Request r;
     r.key = *range.key;
     r.to_dst = true;
     r.scatter = &range;
@@ -688,13 +693,13 @@ class S3Storage final : public Storage {
   }
 
   void put_multipart(const std::string& key, std::span<const ConstBytes> pieces, std::uint64_t total) {
-    s3_detail::Request init;
+    ckpt::detail::s3::Request init;
     init.method = "POST";
     init.key = key;
     init.query = "uploads=";
-    const std::string upload_id = s3_detail::xml_first(perform(init).body, "UploadId");
+    const std::string upload_id = ckpt::detail::s3::xml_first(perform(init).body, "UploadId");
     if (upload_id.empty()) throw Error(url(key), "", "S3 did not start a multipart upload (no UploadId)");
-    const std::string id_q = "uploadId=" + s3_detail::encode(upload_id, false);
+    const std::string id_q = "uploadId=" + ckpt::detail::s3::encode(upload_id, false);
 
     // The pieces of [begin, begin + len) of the concatenation.
     std::vector<std::uint64_t> starts;
@@ -719,7 +724,7 @@ class S3Storage final : public Storage {
       parallel(nparts, [&](std::size_t i) {
         const std::uint64_t begin = i * part, len = std::min<std::uint64_t>(part, total - begin);
         const auto body = slice(begin, len);
-        s3_detail::Request r;
+        ckpt::detail::s3::Request r;
         r.method = "PUT";
         r.key = key;
         r.query = "partNumber=" + std::to_string(i + 1) + "&" + id_q;
@@ -733,7 +738,7 @@ class S3Storage final : public Storage {
         xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
       xml += "</CompleteMultipartUpload>";
       const ConstBytes body = std::as_bytes(std::span(xml));
-      s3_detail::Request done;
+      ckpt::detail::s3::Request done;
       done.method = "POST";
       done.key = key;
       done.query = id_q;
@@ -742,7 +747,7 @@ class S3Storage final : public Storage {
       perform(done);
     } catch (...) {
       try {  // best effort: an upload never completed is no object, but holds storage
-        s3_detail::Request abort;
+        ckpt::detail::s3::Request abort;
         abort.method = "DELETE";
         abort.key = key;
         abort.query = id_q;
@@ -761,21 +766,26 @@ class S3Storage final : public Storage {
   mutable unsigned live_ = 0;
 };
 
-namespace s3_detail {
+}  // namespace storage
+
+// S3 internals: libcurl plumbing, SigV4 helpers, XML bits, the per-process defaults.
+namespace detail::s3 {
 struct Defaults {
   std::mutex mu;
   S3Options options;
-  std::map<std::string, std::shared_ptr<S3Storage>> buckets;
+  std::map<std::string, std::shared_ptr<storage::S3Storage>> buckets;
 };
 inline Defaults& defaults() {
   static Defaults d;
   return d;
 }
-}  // namespace s3_detail
+}  // namespace detail::s3
+
+namespace storage {
 
 // The storage of s3://bucket with the process's options (ckpt::s3::configure), one per bucket.
 inline std::shared_ptr<S3Storage> s3_bucket(const std::string& bucket) {
-  auto& d = s3_detail::defaults();
+  auto& d = ckpt::detail::s3::defaults();
   std::lock_guard lock(d.mu);
   auto& slot = d.buckets[bucket];
   if (!slot) slot = std::make_shared<S3Storage>(bucket, d.options);
@@ -797,13 +807,13 @@ struct s3 {
   static constexpr std::string_view storage_scheme = "s3";
   // What every s3:// URL in this process uses from now on (fields left empty: the environment).
   static void configure(const S3Options& options) {
-    auto& d = storage::s3_detail::defaults();
+    auto& d = ckpt::detail::s3::defaults();
     std::lock_guard lock(d.mu);
     d.options = options;
     d.buckets.clear();  // storages in use keep their options until released
   }
   static S3Options options() {
-    auto& d = storage::s3_detail::defaults();
+    auto& d = ckpt::detail::s3::defaults();
     std::lock_guard lock(d.mu);
     return d.options.resolved();
   }

@@ -41,7 +41,12 @@ inline std::optional<dtype> dtype_of(int code) {
   return std::nullopt;
 }
 
-namespace bundle_detail {
+}  // namespace ckpt::tf
+
+// The bundle reader's internals.
+namespace ckpt::detail::tf_bundle {
+
+namespace fs = std::filesystem;
 
 inline constexpr std::int64_t max_shards = 100'000;
 inline constexpr std::uint64_t max_state_file_bytes = 1 << 20;
@@ -99,7 +104,7 @@ class BundleReader final : public IndexReader {
   // covers the fixed-width length, that crc and the bytes.
   template <class Fail>
   static std::string decode_string(std::span<const std::byte> raw, std::optional<std::uint32_t> masked, Fail&& fail) {
-    proto::WireReader r(raw);
+    tf::proto::WireReader r(raw);
     std::uint64_t len = 0;
     if (!r.varint(len)) fail("malformed string length");
     std::size_t at = 0;
@@ -176,7 +181,9 @@ inline bool is_file(const fs::path& p) {
 }
 inline fs::path with_suffix(const fs::path& p, const char* s) { return fs::path(p.string() + s); }
 
-}  // namespace bundle_detail
+}  // namespace ckpt::detail::tf_bundle
+
+namespace ckpt::tf {
 
 // The checkpoint prefix that prefix_or_dir names, as tf.train.load_checkpoint resolves it:
 // a prefix (PREFIX.index exists), PREFIX.index itself, a directory whose `checkpoint`
@@ -184,7 +191,7 @@ inline fs::path with_suffix(const fs::path& p, const char* s) { return fs::path(
 // longer exists is looked up by its name in the directory, as after a move), a
 // SavedModel directory (variables/variables). nullopt when none applies.
 inline std::optional<fs::path> find_prefix(const fs::path& p) {
-  namespace bd = bundle_detail;
+  namespace bd = ckpt::detail::tf_bundle;
   std::error_code ec;
   if (bd::is_file(bd::with_suffix(p, ".index"))) return p;
   if (p.extension() == ".index" && bd::is_file(p)) return p.parent_path() / p.stem();
@@ -202,7 +209,7 @@ inline std::optional<fs::path> find_prefix(const fs::path& p) {
 
 // Opens the bundle at a prefix (or anything find_prefix resolves).
 inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
-  namespace bd = bundle_detail;
+  namespace bd = ckpt::detail::tf_bundle;
   const std::string ckpt = prefix_or_dir.string();
   const auto prefix = find_prefix(prefix_or_dir);
   if (!prefix) throw Error(ckpt, "", "no TensorFlow checkpoint here (no PREFIX.index, no `checkpoint` state file)");

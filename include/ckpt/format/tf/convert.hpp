@@ -92,11 +92,11 @@ inline Tree convert(const std::filesystem::path& prefix_or_dir, const Translator
                                              " (map them, or pass .skip_unmapped = true)");
   }
   // Rename through temporary names so that one variable's new path can be another's old one.
-  for (const auto& name : unmapped) t.erase(bundle_detail::path_of(name).str());
+  for (const auto& name : unmapped) t.erase(ckpt::detail::tf_bundle::path_of(name).str());
   std::vector<std::string> tmp_names;
   for (std::size_t i = 0; i < moves.size(); ++i) {
     const std::string tmp = Path::escape("\x01tf-convert-" + std::to_string(i));
-    t.rename(bundle_detail::path_of(moves[i].first).str(), tmp);
+    t.rename(ckpt::detail::tf_bundle::path_of(moves[i].first).str(), tmp);
     tmp_names.push_back(tmp);
   }
   std::map<std::string, std::string> by_path;

@@ -158,7 +158,7 @@ Array open_kv_array(std::shared_ptr<const io::KvStore> kv, const std::string& na
     fail(doc + " cannot be read: " + e.what());
   }
   if (!text) fail("array " + a.key(doc) + " is missing");
-  a.meta = parse(parse_json(*text, checkpoint, path, doc), fail);
+  a.meta = parse(ckpt::detail::parse_json(*text, checkpoint, path, doc), fail);
   const auto bad = plausible(a.meta.bytes(), a.meta.chunk_bytes(), grid_size(a.meta.shape, a.meta.chunks),
                              stored_bytes(*a.kv, name.empty() ? "" : name + "/"));
   if (!bad.empty()) fail(bad);

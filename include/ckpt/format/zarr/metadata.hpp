@@ -105,16 +105,6 @@ inline json compressor_json(const ArrayMeta& m) {
   return json{{"id", io::codec_name(m.compressor)}, {"level", m.level}};
 }
 
-// Parses JSON text from an untrusted file, naming the file in errors (nesting bounded:
-// detail::parse_json).
-inline json parse_json(std::span<const std::byte> bytes, const std::string& checkpoint, const std::string& path,
-                       const std::string& what) {
-  return ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, checkpoint, path, what);
-}
-
-// An untrusted JSON value in a message: bounded, never a whole dump().
-inline std::string describe(const json& j) { return ckpt::detail::describe(j); }
-
 inline json read_json_file(const fs::path& file, const std::string& checkpoint, const std::string& path) {
   std::vector<std::byte> bytes;
   try {
@@ -122,7 +112,7 @@ inline json read_json_file(const fs::path& file, const std::string& checkpoint, 
   } catch (const Error& e) {
     throw CorruptCheckpointError(checkpoint, path, file.filename().string() + " cannot be read: " + e.what());
   }
-  return parse_json(bytes, checkpoint, path, file.filename().string());
+  return ckpt::detail::parse_json(bytes, checkpoint, path, file.filename().string());
 }
 
 }  // namespace ckpt::zarr
@@ -154,12 +144,12 @@ inline std::vector<std::byte> decode_fill(const json& j, dtype d, const std::fun
   if (j.is_null()) return out;
   auto num = [&](const json& v) {
     auto x = detail::zarr_array::json_number(v);
-    if (!x) fail("fill_value " + describe(j) + " is not a number");
+    if (!x) fail("fill_value " + ckpt::detail::describe(j) + " is not a number");
     return *x;
   };
   auto integer = [&]<class I>(I) {
     if (j.is_boolean()) return detail::zarr_array::put<I>(out, static_cast<I>(j.get<bool>()));
-    if (!j.is_number_integer() && !j.is_number_unsigned()) fail("fill_value " + describe(j) + " is not an integer");
+    if (!j.is_number_integer() && !j.is_number_unsigned()) fail("fill_value " + ckpt::detail::describe(j) + " is not an integer");
     if (j.is_number_unsigned()) detail::zarr_array::put<I>(out, static_cast<I>(j.get<std::uint64_t>()));
     else detail::zarr_array::put<I>(out, static_cast<I>(j.get<std::int64_t>()));
   };
@@ -207,14 +197,14 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
   };
   ArrayMeta m;
   if (const json& f = get("zarr_format"); !f.is_number_integer() || f.get<std::int64_t>() != 2)
-    fail(".zarray: zarr_format " + describe(f) + " is not 2");
+    fail(".zarray: zarr_format " + ckpt::detail::describe(f) + " is not 2");
   auto dims = [&](const json& a, const char* what) {
     Shape s;
     if (!a.is_array() || static_cast<std::int64_t>(a.size()) > max_rank) fail(std::string(".zarray: ") + what + " is not a list of at most 32 numbers");
     for (const auto& d : a) {
       if (!d.is_number_integer() && !d.is_number_unsigned()) fail(std::string(".zarray: ") + what + " holds a non-integer");
       if (d.is_number_unsigned() ? d.get<std::uint64_t>() > (std::uint64_t{1} << 62) : d.get<std::int64_t>() < 0)
-        fail(std::string(".zarray: ") + what + " holds " + describe(d));
+        fail(std::string(".zarray: ") + what + " holds " + ckpt::detail::describe(d));
       s.push_back(d.get<std::int64_t>());
     }
     return s;
@@ -226,9 +216,9 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
     if (c < 1) fail(".zarray: a chunk dimension is 0");
   if (element_count(m.shape) < 0 || element_count(m.chunks) < 0) fail(".zarray: shape or chunks overflow");
   const json& dt = get("dtype");
-  if (!dt.is_string()) fail(".zarray: dtype " + describe(dt) + " is not supported (structured dtypes are not)");
+  if (!dt.is_string()) fail(".zarray: dtype " + ckpt::detail::describe(dt) + " is not supported (structured dtypes are not)");
   const auto d = dtype_from_typestr(dt.get<std::string>(), m.big_endian);
-  if (!d) fail(".zarray: dtype " + describe(dt) + " is not supported");
+  if (!d) fail(".zarray: dtype " + ckpt::detail::describe(dt) + " is not supported");
   m.type = *d;
   const std::uint64_t es = dtype_size(m.type);
   if (static_cast<std::uint64_t>(element_count(m.shape)) > (std::uint64_t{1} << 62) / es ||
@@ -238,7 +228,7 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
   if (!comp.is_null()) {
     if (!comp.is_object() || !comp.contains("id") || !comp["id"].is_string()) fail(".zarray: compressor is malformed");
     const auto c = codec_from_id(comp["id"].get<std::string>());
-    if (!c) fail(".zarray: compressor " + describe(comp["id"]) + " is not supported (gzip, zlib, zstd, blosc, lz4, bz2 or null are)");
+    if (!c) fail(".zarray: compressor " + ckpt::detail::describe(comp["id"]) + " is not supported (gzip, zlib, zstd, blosc, lz4, bz2 or null are)");
     m.compressor = *c;
     if (comp.contains("level") && comp["level"].is_number_integer()) m.level = comp["level"].get<int>();
     if (*c == io::codec::lz4)  // (not value(): it throws on a non-number, and the file is untrusted)
@@ -261,11 +251,11 @@ inline ArrayMeta parse_zarray(const json& j, const std::function<void(const std:
     fail(".zarray: filters are not supported");
   if (auto it = j.find("order"); it != j.end()) {
     if (*it == "F") m.fortran = true;
-    else if (*it != "C") fail(".zarray: order " + describe(*it) + " is neither C nor F");
+    else if (*it != "C") fail(".zarray: order " + ckpt::detail::describe(*it) + " is neither C nor F");
   }
   if (auto it = j.find("dimension_separator"); it != j.end() && !it->is_null()) {
     if (*it == "/") m.separator = '/';
-    else if (*it != ".") fail(".zarray: dimension_separator " + describe(*it) + " is neither \".\" nor \"/\"");
+    else if (*it != ".") fail(".zarray: dimension_separator " + ckpt::detail::describe(*it) + " is neither \".\" nor \"/\"");
   }
   if (auto it = j.find("fill_value"); it != j.end()) m.fill = decode_fill(*it, m.type, fail);
   return m;
