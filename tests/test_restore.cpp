@@ -158,6 +158,48 @@ TEST_CASE("leaves the checkpoint lacks: MissingLeafError naming every one, or ke
   CHECK(w.other == 1.5);
 }
 
+namespace {
+// A kind of error of the caller's own, as ckpt::ErrorKind documents it.
+class QuotaError : public ckpt::ErrorKind<QuotaError> {
+ public:
+  using ErrorKind::ErrorKind;
+};
+// What a save does with a failure in its staging directory: rethrow_about(target, ...).
+template <class E>
+void rethrown_about(const E& original, const std::string& target, const std::string& what) {
+  try {
+    throw original;
+  } catch (const ckpt::Error& e) {
+    e.rethrow_about(target, what);
+  }
+}
+}  // namespace
+
+TEST_CASE("rethrow_about keeps the kind, the path and a kind's own fields, with the new checkpoint") {
+  const ckpt::MissingLeafError missing("/run/.tmp-3", {"a", "b"});
+  try {
+    rethrown_about(missing, "/run/3", "gone");
+    FAIL("expected MissingLeafError");
+  } catch (const ckpt::MissingLeafError& e) {
+    CHECK(e.checkpoint() == "/run/3");
+    CHECK(e.path() == "a, b");
+    CHECK(e.missing_paths() == std::vector<std::string>{"a", "b"});
+    CHECK(std::string(e.what()) == "/run/3: a, b: gone");
+  }
+  CHECK_THROWS_AS(rethrown_about(ckpt::BackgroundSaveTimeoutError("/r", "", "slow"), "/s", "slow"),
+                  ckpt::BackgroundSaveTimeoutError);
+  CHECK_THROWS_AS(rethrown_about(ckpt::CorruptCheckpointError("/r", "x", "bad"), "/s", "bad"),
+                  ckpt::CorruptCheckpointError);
+  CHECK_THROWS_AS(rethrown_about(QuotaError("/r", "", "over quota"), "/s", "over quota"), QuotaError);
+  try {
+    rethrown_about(ckpt::Error("/r", "p", "plain"), "/s", "still plain");
+  } catch (const ckpt::CorruptCheckpointError&) {
+    FAIL("a plain Error became another kind");
+  } catch (const ckpt::Error& e) {
+    CHECK(std::string(e.what()) == "/s: p: still plain");
+  }
+}
+
 TEST_CASE("restore_tree loads every leaf; as<U> converts to any matching leaf type") {
   test::TempDir tmp;
   TrainState s = make_state();
