@@ -127,24 +127,11 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
   exec::ProgressTracker progress(opt.progress, result.bytes_total, snap.leaves.size(), dir.string());
   const auto previous = linkable_leaves(base);
 
-  std::vector<IndexEntry> entries(snap.leaves.size());
-  std::vector<std::size_t> large;
-  for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
-    const auto& leaf = snap.leaves[i];
-    IndexEntry& e = entries[i];
-    e.path = leaf.path;
-    e.type = leaf.data.type;
-    e.shape = leaf.data.shape;
-    e.length = leaf.data.view.size();
-    if (e.length < opt.inline_threshold || e.type == dtype::none) {
-      e.inline_bytes = leaf.data.view;
-      e.checksum = io::xxh3(e.inline_bytes);
-      result.bytes_written += e.length;
-      progress.add(e.length, 1);
-    } else {
-      large.push_back(i);
-    }
-  }
+  auto plan = detail::native::plan_entries(snap, opt);
+  std::vector<IndexEntry>& entries = plan.entries;
+  const std::vector<std::size_t>& large = plan.large;
+  result.bytes_written += plan.inline_bytes;
+  if (plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
 
   // The largest leaves (>= own_file_min_bytes, at most max_own_files) get their own files.
   std::vector<std::size_t> by_size = large;

@@ -30,6 +30,7 @@
 #include <ckpt/error.hpp>
 #include <ckpt/format/native.hpp>
 #include <ckpt/format/native/manifest.hpp>
+#include <ckpt/format/native/writer.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/file.hpp>
@@ -77,11 +78,6 @@ inline void upload_tree(const std::filesystem::path& dir, const Location& loc) {
   if (ec) throw Error(dir.string(), "", "cannot list the files to upload: " + ec.message());
 }
 
-inline const std::byte* zero_page() {
-  static const std::byte zeros[native_format::alignment] = {};
-  return zeros;
-}
-
 }  // namespace detail
 
 // --- the native format on objects -------------------------------------------------
@@ -92,19 +88,10 @@ using namespace ckpt::native_format;
 // The same layout as format/native/writer.hpp (readable by either reader once copied):
 // large leaves in data files at 4 KiB boundaries, small ones inline in the manifest.
 inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& opt) {
-  std::vector<IndexEntry> entries(snap.leaves.size());
-  std::vector<std::size_t> large;
-  for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
-    const auto& leaf = snap.leaves[i];
-    IndexEntry& e = entries[i];
-    e.path = leaf.path;
-    e.type = leaf.data.type;
-    e.shape = leaf.data.shape;
-    e.length = leaf.data.view.size();
-    e.checksum = io::xxh3(leaf.data.view);
-    if (e.length < opt.inline_threshold || e.type == dtype::none) e.inline_bytes = leaf.data.view;
-    else large.push_back(i);
-  }
+  auto plan = ckpt::detail::native::plan_entries(snap, opt);
+  std::vector<IndexEntry>& entries = plan.entries;
+  const std::vector<std::size_t>& large = plan.large;
+  for (std::size_t i : large) entries[i].checksum = io::xxh3(snap.leaves[i].data.view);
   // As many data objects as the storage writes at once (S3: its connections), each a
   // single PUT up to the storage's multipart threshold: one PUT per connection moves the
   // bytes at the transport's rate, where a multipart upload costs the server a
@@ -112,28 +99,14 @@ inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& 
   // within a file, so a state of one huge leaf is one (multipart) object.
   const std::size_t nfiles =
       std::clamp<std::size_t>(large.size(), 1, std::max({1u, opt.data_files, loc.storage->parallelism()}));
-  std::vector<std::vector<std::size_t>> per_file(nfiles);
-  std::vector<std::uint64_t> load(nfiles, 0);
-  std::vector<std::size_t> by_size = large;
-  std::stable_sort(by_size.begin(), by_size.end(), [&](auto a, auto b) { return entries[a].length > entries[b].length; });
-  for (std::size_t i : by_size) {
-    const auto k = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    per_file[k].push_back(i);
-    load[k] += (entries[i].length + alignment - 1) / alignment * alignment;
-  }
+  const auto per_file = ckpt::detail::native::place_in_files(entries, large, nfiles);
   std::vector<std::vector<ConstBytes>> pieces(nfiles);
-  for (std::size_t k = 0; k < nfiles && !large.empty(); ++k) {
-    std::sort(per_file[k].begin(), per_file[k].end());
-    std::uint64_t offset = 0;
+  for (std::size_t k = 0; k < nfiles; ++k)
     for (std::size_t i : per_file[k]) {
-      entries[i].file = data_file_name(k);
-      entries[i].offset = offset;
       pieces[k].push_back(snap.leaves[i].data.view);
-      const auto pad = static_cast<std::size_t>((alignment - entries[i].length % alignment) % alignment);
-      if (pad) pieces[k].push_back(ConstBytes(detail::zero_page(), pad));
-      offset += entries[i].length + pad;
+      const auto pad = static_cast<std::size_t>(ckpt::detail::native::aligned_length(entries[i].length) - entries[i].length);
+      if (pad) pieces[k].push_back(ConstBytes(ckpt::detail::native::zero_page(), pad));
     }
-  }
   if (!large.empty()) {  // the data objects at once; the first failure is rethrown
     std::vector<std::exception_ptr> errors(nfiles);
     {
@@ -275,12 +248,7 @@ inline std::shared_ptr<const Index> open(const Location& loc) {
   }
   if (!m) throw CorruptCheckpointError(ckpt, "", "manifest object is missing");
   *manifest = std::move(*m);
-  if (manifest->size() != commit.manifest_bytes)
-    throw CorruptCheckpointError(ckpt, "", "manifest is " + std::to_string(manifest->size()) +
-                                               " bytes, the commit marker records " +
-                                               std::to_string(commit.manifest_bytes) + " (truncated?)");
-  if (io::xxh3(*manifest) != commit.manifest_xxh3)
-    throw CorruptCheckpointError(ckpt, "", "manifest checksum mismatch: the manifest was altered or torn");
+  check_manifest(*manifest, commit, ckpt);
 
   IndexInfo info;
   auto parsed = std::make_shared<msgpack::object_handle>();

@@ -17,6 +17,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -175,6 +176,17 @@ inline CommitRecord decode_commit(std::string_view text, const std::string& chec
     return v;
   };
   return {field("manifest-bytes ", 10), field("manifest-xxh3 ", 16)};
+}
+
+// The manifest bytes as read, against what the commit marker records of them: the one
+// check of a manifest's integrity, for files and for objects.
+inline void check_manifest(std::span<const std::byte> manifest, const CommitRecord& commit, const std::string& checkpoint) {
+  if (manifest.size() != commit.manifest_bytes)
+    throw CorruptCheckpointError(checkpoint, "", "manifest is " + std::to_string(manifest.size()) +
+                                                     " bytes, the commit marker records " +
+                                                     std::to_string(commit.manifest_bytes) + " (truncated?)");
+  if (io::xxh3(manifest) != commit.manifest_xxh3)
+    throw CorruptCheckpointError(checkpoint, "", "manifest checksum mismatch: the manifest was altered or torn");
 }
 
 // The storage fields of a leaf or a box (file or inline bytes), checked.

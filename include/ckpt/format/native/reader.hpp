@@ -129,12 +129,7 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
   } catch (const Error& e) {
     throw CorruptCheckpointError(ckpt, "", std::string("manifest cannot be read: ") + e.what());
   }
-  if (manifest->size() != commit.manifest_bytes)
-    throw CorruptCheckpointError(ckpt, "", "manifest is " + std::to_string(manifest->size()) +
-                                               " bytes, the commit marker records " +
-                                               std::to_string(commit.manifest_bytes) + " (truncated?)");
-  if (io::xxh3(*manifest) != commit.manifest_xxh3)
-    throw CorruptCheckpointError(ckpt, "", "manifest checksum mismatch: the manifest was altered or torn");
+  check_manifest(*manifest, commit, ckpt);
 
   IndexInfo info;
   auto parsed = std::make_shared<msgpack::object_handle>();

@@ -34,6 +34,67 @@ inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves
   return static_cast<unsigned>(std::clamp<std::size_t>(large_leaves, 1, n));
 }
 
+// The manifest entries of a snapshot, before any data file is written: every leaf's path,
+// dtype, shape and length; a leaf under opt.inline_threshold (or of dtype none) kept
+// inline with its checksum, the others listed in `large` for the data files. The one
+// plan of the three native writers (this one, the incremental one, the object-store one).
+struct EntryPlan {
+  std::vector<IndexEntry> entries;
+  std::vector<std::size_t> large;  // indices of the leaves that go to data files
+  std::uint64_t inline_bytes = 0;
+  std::size_t inline_leaves = 0;
+};
+inline EntryPlan plan_entries(const Snapshot& snap, const SaveOptions& opt) {
+  EntryPlan plan;
+  plan.entries.resize(snap.leaves.size());
+  for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
+    const auto& leaf = snap.leaves[i];
+    IndexEntry& e = plan.entries[i];
+    e.path = leaf.path;
+    e.type = leaf.data.type;
+    e.shape = leaf.data.shape;
+    e.length = leaf.data.view.size();
+    if (e.length < opt.inline_threshold || e.type == dtype::none) {
+      e.inline_bytes = leaf.data.view;
+      e.checksum = io::xxh3(e.inline_bytes);
+      plan.inline_bytes += e.length;
+      ++plan.inline_leaves;
+    } else {
+      plan.large.push_back(i);
+    }
+  }
+  return plan;
+}
+
+inline std::uint64_t aligned_length(std::uint64_t n) { return (n + alignment - 1) / alignment * alignment; }
+
+// Spreads the large leaves over nfiles data files, biggest first onto the least loaded
+// file, and sets each entry's file and offset (leaves at `alignment` boundaries, in
+// snapshot order within a file). Returns the leaves of each file, in that order.
+inline std::vector<std::vector<std::size_t>> place_in_files(std::vector<IndexEntry>& entries,
+                                                            const std::vector<std::size_t>& large, std::size_t nfiles) {
+  std::vector<std::vector<std::size_t>> per_file(nfiles);
+  std::vector<std::uint64_t> load(nfiles, 0);
+  std::vector<std::size_t> by_size = large;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](auto a, auto b) { return entries[a].length > entries[b].length; });
+  for (std::size_t i : by_size) {
+    const auto k = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    per_file[k].push_back(i);
+    load[k] += aligned_length(entries[i].length);
+  }
+  for (std::size_t k = 0; k < nfiles; ++k) {
+    std::sort(per_file[k].begin(), per_file[k].end());
+    std::uint64_t offset = 0;
+    for (std::size_t i : per_file[k]) {
+      entries[i].file = data_file_name(k);
+      entries[i].offset = offset;
+      offset += aligned_length(entries[i].length);
+    }
+  }
+  return per_file;
+}
+
 // Bytes are hashed and handed to the kernel in pieces of this size, so that write()
 // copies each piece while the hash has just brought it into cache (a whole large leaf
 // hashed first and written after would be read from memory twice).
@@ -111,47 +172,13 @@ namespace ckpt::native_format {
 
 // Writes the checkpoint into `dir` (an empty staging directory); the caller commits it.
 inline void write(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opt) {
-  std::vector<IndexEntry> entries(snap.leaves.size());
-  std::vector<std::size_t> large;
   exec::ProgressTracker progress(opt.progress, snap.total_bytes(), snap.leaves.size(), dir.string());  // issue 11
-  for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
-    const auto& leaf = snap.leaves[i];
-    IndexEntry& e = entries[i];
-    e.path = leaf.path;
-    e.type = leaf.data.type;
-    e.shape = leaf.data.shape;
-    e.length = leaf.data.view.size();
-    if (e.length < opt.inline_threshold || e.type == dtype::none) {
-      e.inline_bytes = leaf.data.view;
-      e.checksum = io::xxh3(e.inline_bytes);
-      if (progress.active()) progress.add(e.length, 1);  // issue 11
-    } else {
-      large.push_back(i);
-    }
-  }
-
-  // Spread large leaves over the data files, biggest first onto the least loaded file;
-  // each file then keeps snapshot order.
+  auto plan = detail::native::plan_entries(snap, opt);
+  std::vector<IndexEntry>& entries = plan.entries;
+  const std::vector<std::size_t>& large = plan.large;
+  if (progress.active() && plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
   const unsigned nfiles = detail::native::data_file_count(opt, large.size());
-  std::vector<std::vector<std::size_t>> per_file(nfiles);
-  std::vector<std::uint64_t> load(nfiles, 0);
-  std::vector<std::size_t> by_size = large;
-  std::stable_sort(by_size.begin(), by_size.end(),
-                   [&](auto a, auto b) { return entries[a].length > entries[b].length; });
-  for (std::size_t i : by_size) {
-    const auto k = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    per_file[k].push_back(i);
-    load[k] += (entries[i].length + alignment - 1) / alignment * alignment;
-  }
-  for (std::size_t k = 0; k < nfiles; ++k) {
-    std::sort(per_file[k].begin(), per_file[k].end());
-    std::uint64_t offset = 0;
-    for (std::size_t i : per_file[k]) {
-      entries[i].file = data_file_name(k);
-      entries[i].offset = offset;
-      offset += (entries[i].length + alignment - 1) / alignment * alignment;
-    }
-  }
+  const auto per_file = detail::native::place_in_files(entries, large, nfiles);
 
   if (!large.empty()) {
     if (nfiles == 1) {
