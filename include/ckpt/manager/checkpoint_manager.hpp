@@ -230,14 +230,11 @@ class CheckpointManager {
   // Committed steps, ascending (an async save in flight appears once it commits).
   std::vector<std::int64_t> all_steps() const {
     std::lock_guard lock(mu_);
-    std::vector<std::int64_t> out;
-    for (const auto& [step, info] : steps_) out.push_back(step);
-    return out;
+    return detail::manager::step_numbers(steps_);
   }
   std::optional<std::int64_t> latest_step() const {
     std::lock_guard lock(mu_);
-    if (steps_.empty()) return std::nullopt;
-    return steps_.rbegin()->first;
+    return detail::manager::newest_step(steps_);
   }
   // The best committed step by best_metric (ties: the later); none without best_metric.
   std::optional<std::int64_t> best_step() const {
@@ -342,16 +339,12 @@ class CheckpointManager {
 
   detail::manager::StepInfo info(std::int64_t step) const {
     std::lock_guard lock(mu_);
-    const auto it = steps_.find(step);
-    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(step) + detail::manager::steps_list(steps_));
-    return it->second;
+    return detail::manager::step_info(steps_, step, root_);
   }
 
   std::vector<retain::StepRecord> records() const {
     std::lock_guard lock(mu_);
-    std::vector<retain::StepRecord> out;
-    for (const auto& [step, info] : steps_) out.push_back({step, info.time, info.metrics});
-    return out;
+    return detail::manager::step_records(steps_);
   }
 
   // records(), with best_metric read from TensorBoard when asked (outside the lock: it reads files).
@@ -371,17 +364,7 @@ class CheckpointManager {
   std::filesystem::path dir_to_read(std::optional<std::int64_t> step) {
     executor_.wait_idle();
     std::lock_guard lock(mu_);
-    if (!step) {
-      if (steps_.empty()) throw NoSuchStepError(root_.string(), "", "no checkpoint to restore (no committed step)");
-      step = steps_.rbegin()->first;
-    }
-    const auto it = steps_.find(*step);
-    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(*step) + detail::manager::steps_list(steps_));
-    const auto dir = root_ / it->second.name;
-    std::error_code ec;
-    if (std::filesystem::is_symlink(dir, ec))  // replaced by a link since it was listed
-      throw Error(dir.string(), "", "the step directory is a symbolic link, not a step of this root");
-    return dir;
+    return detail::manager::step_dir_to_read(steps_, step, root_);
   }
 
   std::filesystem::path item_dir(std::int64_t step, std::string_view name, Item::kind kind) {

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -106,6 +108,47 @@ inline std::string steps_list(const std::map<std::int64_t, StepInfo>& steps) {
     s += " " + std::to_string(step);
   }
   return s + ")";
+}
+
+// The queries both managers (one process, and ckpt::mpi's) answer from their map of
+// committed steps, each under its own lock.
+using StepMap = std::map<std::int64_t, StepInfo>;
+
+inline std::vector<std::int64_t> step_numbers(const StepMap& steps) {
+  std::vector<std::int64_t> out;
+  for (const auto& [step, info] : steps) out.push_back(step);
+  return out;
+}
+
+inline std::optional<std::int64_t> newest_step(const StepMap& steps) {
+  if (steps.empty()) return std::nullopt;
+  return steps.rbegin()->first;
+}
+
+// The step's metadata; NoSuchStepError naming the root and listing the steps it has.
+inline const StepInfo& step_info(const StepMap& steps, std::int64_t step, const std::filesystem::path& root) {
+  const auto it = steps.find(step);
+  if (it == steps.end())
+    throw NoSuchStepError(root.string(), "", "no step " + std::to_string(step) + steps_list(steps));
+  return it->second;
+}
+
+inline std::vector<retain::StepRecord> step_records(const StepMap& steps) {
+  std::vector<retain::StepRecord> out;
+  for (const auto& [step, info] : steps) out.push_back({step, info.time, info.metrics});
+  return out;
+}
+
+// The directory of the step to read (the newest when none is named), refusing one that
+// was replaced by a symbolic link since the root was listed.
+inline std::filesystem::path step_dir_to_read(const StepMap& steps, std::optional<std::int64_t> step,
+                                              const std::filesystem::path& root) {
+  if (!step && steps.empty()) throw NoSuchStepError(root.string(), "", "no checkpoint to restore (no committed step)");
+  const auto dir = root / step_info(steps, step ? *step : steps.rbegin()->first, root).name;
+  std::error_code ec;
+  if (std::filesystem::is_symlink(dir, ec))
+    throw Error(dir.string(), "", "the step directory is a symbolic link, not a step of this root");
+  return dir;
 }
 
 }  // namespace ckpt::detail::manager

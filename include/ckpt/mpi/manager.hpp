@@ -154,14 +154,11 @@ class CheckpointManager {
 
   std::vector<std::int64_t> all_steps() const {
     std::lock_guard lock(mu_);
-    std::vector<std::int64_t> out;
-    for (const auto& [step, info] : steps_) out.push_back(step);
-    return out;
+    return ckpt::detail::manager::step_numbers(steps_);
   }
   std::optional<std::int64_t> latest_step() const {
     std::lock_guard lock(mu_);
-    if (steps_.empty()) return std::nullopt;
-    return steps_.rbegin()->first;
+    return ckpt::detail::manager::newest_step(steps_);
   }
   std::optional<std::int64_t> best_step() const {
     if (options_.best_metric.empty()) return std::nullopt;
@@ -253,28 +250,16 @@ class CheckpointManager {
   }
   ckpt::detail::manager::StepInfo info(std::int64_t step) const {
     std::lock_guard lock(mu_);
-    const auto it = steps_.find(step);
-    if (it == steps_.end())
-      throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(step) + ckpt::detail::manager::steps_list(steps_));
-    return it->second;
+    return ckpt::detail::manager::step_info(steps_, step, root_);
   }
   std::vector<retain::StepRecord> records() const {
     std::lock_guard lock(mu_);
-    std::vector<retain::StepRecord> out;
-    for (const auto& [step, i] : steps_) out.push_back({step, i.time, i.metrics});
-    return out;
+    return ckpt::detail::manager::step_records(steps_);
   }
   std::filesystem::path dir_to_read(std::optional<std::int64_t> step) {
     executor_.wait_idle();
     std::lock_guard lock(mu_);
-    if (!step) {
-      if (steps_.empty()) throw NoSuchStepError(root_.string(), "", "no checkpoint to restore (no committed step)");
-      step = steps_.rbegin()->first;
-    }
-    const auto it = steps_.find(*step);
-    if (it == steps_.end())
-      throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(*step) + ckpt::detail::manager::steps_list(steps_));
-    return root_ / it->second.name;
+    return ckpt::detail::manager::step_dir_to_read(steps_, step, root_);  // with the symbolic-link check
   }
 
   // On the caller's thread (sync_save) or the background one (async_save, on the duplicate communicator).
