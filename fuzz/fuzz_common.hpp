@@ -75,6 +75,18 @@ inline void write_file(const fs::path& p, const void* data, std::size_t size) {
 }
 inline void write_file(const fs::path& p, std::string_view s) { write_file(p, s.data(), s.size()); }
 
+// An input made of two files: the bytes before the first NUL, and those after it (no NUL:
+// all of it is the first file and the second is empty).
+struct TwoFiles {
+  std::string_view first, second;
+};
+inline TwoFiles split_at_nul(const std::uint8_t* data, std::size_t size) {
+  const std::string_view all(reinterpret_cast<const char*>(data), size);
+  const std::size_t nul = all.find('\0');
+  if (nul == std::string_view::npos) return {all, {}};
+  return {all.substr(0, nul), all.substr(nul + 1)};
+}
+
 inline std::string read_text(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};

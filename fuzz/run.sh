@@ -5,7 +5,8 @@
 # BUILD_DIR/fuzz-seeds/<target>/; the corpus each run grows is kept in
 # BUILD_DIR/fuzz-corpus/<target>/ (later runs start from it), findings go to
 # BUILD_DIR/fuzz-findings/<target>/. Inputs up to 1 MiB, the format's dictionary.
-# Prints executions and findings per target; exits 1 when a target found something.
+# Prints executions and findings per target; exits 1 when a target found something in
+# this run (findings of earlier runs stay in the folder, to replay, and are not counted).
 # FUZZ_JOBS (default 1) runs that many targets at once; FUZZ_NICE (default 0) is
 # the niceness they run at.
 set -uo pipefail
@@ -31,6 +32,10 @@ run_one() {
   [ -f "$dict" ] || dict=
   local corpus="$build/fuzz-corpus/$t" findings="$build/fuzz-findings/$t" log="$build/fuzz-logs/$t.log"
   mkdir -p "$corpus" "$findings" "$(dirname "$log")"
+  # Findings of earlier runs stay (to replay them) but are not this run's: count what
+  # this run writes, newer than a stamp taken now.
+  local stamp="$log.start"
+  touch "$stamp"
   # -timeout: a single input taking longer is a hang; -rss_limit_mb: a reader that
   # allocates out of proportion to a 1 MiB input is a finding too.
   nice -n "$niceness" "$bin/fuzz_$t" "$corpus" "$build/fuzz-seeds/$t" \
@@ -41,7 +46,7 @@ run_one() {
   local execs
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   local found
-  found=$(find "$findings" -type f | wc -l)
+  found=$(find "$findings" -type f -newer "$stamp" | wc -l)
   printf 'fuzz: %-14s %10s executions in %ss, corpus %5s inputs, %s findings (exit %s)\n' \
     "$t" "${execs:-?}" "$seconds" "$(find "$corpus" -type f | wc -l)" "$found" "$rc"
   if [ "$rc" -ne 0 ] || [ "$found" -ne 0 ]; then

@@ -3,8 +3,6 @@
 // as ckpt writes them.
 #pragma once
 
-#include <cstring>
-
 #include "../fuzz_common.hpp"
 
 namespace fuzz::targets::orbax {
@@ -20,11 +18,9 @@ inline const fs::path& dir() {
 
 inline int run(const std::uint8_t* data, std::size_t size) {
   const auto& d = dir();
-  const char* p = reinterpret_cast<const char*>(data);
-  const char* nul = static_cast<const char*>(std::memchr(p, 0, size));
-  const std::size_t meta = nul ? static_cast<std::size_t>(nul - p) : size;
-  fuzz::write_file(d / "default" / "_METADATA", p, meta);
-  fuzz::write_file(d / "default" / "_strings.json", nul ? nul + 1 : p + size, nul ? size - meta - 1 : 0);
+  const auto [metadata, strings] = fuzz::split_at_nul(data, size);
+  fuzz::write_file(d / "default" / "_METADATA", metadata);
+  fuzz::write_file(d / "default" / "_strings.json", strings);
   fuzz::open_and_read<ckpt::orbax>(d);
   return 0;
 }

@@ -3,8 +3,6 @@
 // "0.0", "0.0.0"). The array lies in a group, as ckpt::zarr_v2 reads it.
 #pragma once
 
-#include <cstring>
-
 #include "../fuzz_common.hpp"
 
 namespace fuzz::targets::zarr {
@@ -21,12 +19,9 @@ inline const fs::path& dir() {
 
 inline int run(const std::uint8_t* data, std::size_t size) {
   const auto& d = dir();
-  const char* p = reinterpret_cast<const char*>(data);
-  const char* nul = static_cast<const char*>(std::memchr(p, 0, size));
-  const std::size_t json = nul ? static_cast<std::size_t>(nul - p) : size;
-  const std::size_t chunk = nul ? size - json - 1 : 0;
-  fuzz::write_file(d / "arr" / ".zarray", p, json);
-  for (const char* key : {"0", "0.0", "0.0.0"}) fuzz::write_file(d / "arr" / key, p + json + (nul ? 1 : 0), chunk);
+  const auto [zarray, chunk] = fuzz::split_at_nul(data, size);
+  fuzz::write_file(d / "arr" / ".zarray", zarray);
+  for (const char* key : {"0", "0.0", "0.0.0"}) fuzz::write_file(d / "arr" / key, chunk);
   fuzz::open_and_read<ckpt::zarr_v2>(d);
   return 0;
 }
