@@ -3855,6 +3855,7 @@ CKPT_API std::shared_ptr<const Index> open_index(const std::filesystem::path& pa
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -4258,6 +4259,17 @@ inline CommitRecord decode_commit(std::string_view text, const std::string& chec
     return v;
   };
   return {field("manifest-bytes ", 10), field("manifest-xxh3 ", 16)};
+}
+
+// The manifest bytes as read, against what the commit marker records of them: the one
+// check of a manifest's integrity, for files and for objects.
+inline void check_manifest(std::span<const std::byte> manifest, const CommitRecord& commit, const std::string& checkpoint) {
+  if (manifest.size() != commit.manifest_bytes)
+    throw CorruptCheckpointError(checkpoint, "", "manifest is " + std::to_string(manifest.size()) +
+                                                     " bytes, the commit marker records " +
+                                                     std::to_string(commit.manifest_bytes) + " (truncated?)");
+  if (io::xxh3(manifest) != commit.manifest_xxh3)
+    throw CorruptCheckpointError(checkpoint, "", "manifest checksum mismatch: the manifest was altered or torn");
 }
 
 // The storage fields of a leaf or a box (file or inline bytes), checked.
@@ -4689,12 +4701,7 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
   } catch (const Error& e) {
     throw CorruptCheckpointError(ckpt, "", std::string("manifest cannot be read: ") + e.what());
   }
-  if (manifest->size() != commit.manifest_bytes)
-    throw CorruptCheckpointError(ckpt, "", "manifest is " + std::to_string(manifest->size()) +
-                                               " bytes, the commit marker records " +
-                                               std::to_string(commit.manifest_bytes) + " (truncated?)");
-  if (io::xxh3(*manifest) != commit.manifest_xxh3)
-    throw CorruptCheckpointError(ckpt, "", "manifest checksum mismatch: the manifest was altered or torn");
+  check_manifest(*manifest, commit, ckpt);
 
   IndexInfo info;
   auto parsed = std::make_shared<msgpack::object_handle>();
@@ -4917,6 +4924,67 @@ inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves
   return static_cast<unsigned>(std::clamp<std::size_t>(large_leaves, 1, n));
 }
 
+// The manifest entries of a snapshot, before any data file is written: every leaf's path,
+// dtype, shape and length; a leaf under opt.inline_threshold (or of dtype none) kept
+// inline with its checksum, the others listed in `large` for the data files. The one
+// plan of the three native writers (this one, the incremental one, the object-store one).
+struct EntryPlan {
+  std::vector<IndexEntry> entries;
+  std::vector<std::size_t> large;  // indices of the leaves that go to data files
+  std::uint64_t inline_bytes = 0;
+  std::size_t inline_leaves = 0;
+};
+inline EntryPlan plan_entries(const Snapshot& snap, const SaveOptions& opt) {
+  EntryPlan plan;
+  plan.entries.resize(snap.leaves.size());
+  for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
+    const auto& leaf = snap.leaves[i];
+    IndexEntry& e = plan.entries[i];
+    e.path = leaf.path;
+    e.type = leaf.data.type;
+    e.shape = leaf.data.shape;
+    e.length = leaf.data.view.size();
+    if (e.length < opt.inline_threshold || e.type == dtype::none) {
+      e.inline_bytes = leaf.data.view;
+      e.checksum = io::xxh3(e.inline_bytes);
+      plan.inline_bytes += e.length;
+      ++plan.inline_leaves;
+    } else {
+      plan.large.push_back(i);
+    }
+  }
+  return plan;
+}
+
+inline std::uint64_t aligned_length(std::uint64_t n) { return (n + alignment - 1) / alignment * alignment; }
+
+// Spreads the large leaves over nfiles data files, biggest first onto the least loaded
+// file, and sets each entry's file and offset (leaves at `alignment` boundaries, in
+// snapshot order within a file). Returns the leaves of each file, in that order.
+inline std::vector<std::vector<std::size_t>> place_in_files(std::vector<IndexEntry>& entries,
+                                                            const std::vector<std::size_t>& large, std::size_t nfiles) {
+  std::vector<std::vector<std::size_t>> per_file(nfiles);
+  std::vector<std::uint64_t> load(nfiles, 0);
+  std::vector<std::size_t> by_size = large;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](auto a, auto b) { return entries[a].length > entries[b].length; });
+  for (std::size_t i : by_size) {
+    const auto k = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    per_file[k].push_back(i);
+    load[k] += aligned_length(entries[i].length);
+  }
+  for (std::size_t k = 0; k < nfiles; ++k) {
+    std::sort(per_file[k].begin(), per_file[k].end());
+    std::uint64_t offset = 0;
+    for (std::size_t i : per_file[k]) {
+      entries[i].file = data_file_name(k);
+      entries[i].offset = offset;
+      offset += aligned_length(entries[i].length);
+    }
+  }
+  return per_file;
+}
+
 // Bytes are hashed and handed to the kernel in pieces of this size, so that write()
 // copies each piece while the hash has just brought it into cache (a whole large leaf
 // hashed first and written after would be read from memory twice).
@@ -4994,47 +5062,13 @@ namespace ckpt::native_format {
 
 // Writes the checkpoint into `dir` (an empty staging directory); the caller commits it.
 inline void write(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opt) {
-  std::vector<IndexEntry> entries(snap.leaves.size());
-  std::vector<std::size_t> large;
   exec::ProgressTracker progress(opt.progress, snap.total_bytes(), snap.leaves.size(), dir.string());  // issue 11
-  for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
-    const auto& leaf = snap.leaves[i];
-    IndexEntry& e = entries[i];
-    e.path = leaf.path;
-    e.type = leaf.data.type;
-    e.shape = leaf.data.shape;
-    e.length = leaf.data.view.size();
-    if (e.length < opt.inline_threshold || e.type == dtype::none) {
-      e.inline_bytes = leaf.data.view;
-      e.checksum = io::xxh3(e.inline_bytes);
-      if (progress.active()) progress.add(e.length, 1);  // issue 11
-    } else {
-      large.push_back(i);
-    }
-  }
-
-  // Spread large leaves over the data files, biggest first onto the least loaded file;
-  // each file then keeps snapshot order.
+  auto plan = detail::native::plan_entries(snap, opt);
+  std::vector<IndexEntry>& entries = plan.entries;
+  const std::vector<std::size_t>& large = plan.large;
+  if (progress.active() && plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
   const unsigned nfiles = detail::native::data_file_count(opt, large.size());
-  std::vector<std::vector<std::size_t>> per_file(nfiles);
-  std::vector<std::uint64_t> load(nfiles, 0);
-  std::vector<std::size_t> by_size = large;
-  std::stable_sort(by_size.begin(), by_size.end(),
-                   [&](auto a, auto b) { return entries[a].length > entries[b].length; });
-  for (std::size_t i : by_size) {
-    const auto k = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    per_file[k].push_back(i);
-    load[k] += (entries[i].length + alignment - 1) / alignment * alignment;
-  }
-  for (std::size_t k = 0; k < nfiles; ++k) {
-    std::sort(per_file[k].begin(), per_file[k].end());
-    std::uint64_t offset = 0;
-    for (std::size_t i : per_file[k]) {
-      entries[i].file = data_file_name(k);
-      entries[i].offset = offset;
-      offset += (entries[i].length + alignment - 1) / alignment * alignment;
-    }
-  }
+  const auto per_file = detail::native::place_in_files(entries, large, nfiles);
 
   if (!large.empty()) {
     if (nfiles == 1) {
@@ -6670,24 +6704,11 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
   exec::ProgressTracker progress(opt.progress, result.bytes_total, snap.leaves.size(), dir.string());
   const auto previous = linkable_leaves(base);
 
-  std::vector<IndexEntry> entries(snap.leaves.size());
-  std::vector<std::size_t> large;
-  for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
-    const auto& leaf = snap.leaves[i];
-    IndexEntry& e = entries[i];
-    e.path = leaf.path;
-    e.type = leaf.data.type;
-    e.shape = leaf.data.shape;
-    e.length = leaf.data.view.size();
-    if (e.length < opt.inline_threshold || e.type == dtype::none) {
-      e.inline_bytes = leaf.data.view;
-      e.checksum = io::xxh3(e.inline_bytes);
-      result.bytes_written += e.length;
-      progress.add(e.length, 1);
-    } else {
-      large.push_back(i);
-    }
-  }
+  auto plan = detail::native::plan_entries(snap, opt);
+  std::vector<IndexEntry>& entries = plan.entries;
+  const std::vector<std::size_t>& large = plan.large;
+  result.bytes_written += plan.inline_bytes;
+  if (plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
 
   // The largest leaves (>= own_file_min_bytes, at most max_own_files) get their own files.
   std::vector<std::size_t> by_size = large;
@@ -7262,7 +7283,9 @@ class RootLock {
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -7570,6 +7593,47 @@ inline std::string steps_list(const std::map<std::int64_t, StepInfo>& steps) {
     s += " " + std::to_string(step);
   }
   return s + ")";
+}
+
+// The queries both managers (one process, and ckpt::mpi's) answer from their map of
+// committed steps, each under its own lock.
+using StepMap = std::map<std::int64_t, StepInfo>;
+
+inline std::vector<std::int64_t> step_numbers(const StepMap& steps) {
+  std::vector<std::int64_t> out;
+  for (const auto& [step, info] : steps) out.push_back(step);
+  return out;
+}
+
+inline std::optional<std::int64_t> newest_step(const StepMap& steps) {
+  if (steps.empty()) return std::nullopt;
+  return steps.rbegin()->first;
+}
+
+// The step's metadata; NoSuchStepError naming the root and listing the steps it has.
+inline const StepInfo& step_info(const StepMap& steps, std::int64_t step, const std::filesystem::path& root) {
+  const auto it = steps.find(step);
+  if (it == steps.end())
+    throw NoSuchStepError(root.string(), "", "no step " + std::to_string(step) + steps_list(steps));
+  return it->second;
+}
+
+inline std::vector<retain::StepRecord> step_records(const StepMap& steps) {
+  std::vector<retain::StepRecord> out;
+  for (const auto& [step, info] : steps) out.push_back({step, info.time, info.metrics});
+  return out;
+}
+
+// The directory of the step to read (the newest when none is named), refusing one that
+// was replaced by a symbolic link since the root was listed.
+inline std::filesystem::path step_dir_to_read(const StepMap& steps, std::optional<std::int64_t> step,
+                                              const std::filesystem::path& root) {
+  if (!step && steps.empty()) throw NoSuchStepError(root.string(), "", "no checkpoint to restore (no committed step)");
+  const auto dir = root / step_info(steps, step ? *step : steps.rbegin()->first, root).name;
+  std::error_code ec;
+  if (std::filesystem::is_symlink(dir, ec))
+    throw Error(dir.string(), "", "the step directory is a symbolic link, not a step of this root");
+  return dir;
 }
 
 }  // namespace ckpt::detail::manager
@@ -8851,14 +8915,11 @@ class CheckpointManager {
   // Committed steps, ascending (an async save in flight appears once it commits).
   std::vector<std::int64_t> all_steps() const {
     std::lock_guard lock(mu_);
-    std::vector<std::int64_t> out;
-    for (const auto& [step, info] : steps_) out.push_back(step);
-    return out;
+    return detail::manager::step_numbers(steps_);
   }
   std::optional<std::int64_t> latest_step() const {
     std::lock_guard lock(mu_);
-    if (steps_.empty()) return std::nullopt;
-    return steps_.rbegin()->first;
+    return detail::manager::newest_step(steps_);
   }
   // The best committed step by best_metric (ties: the later); none without best_metric.
   std::optional<std::int64_t> best_step() const {
@@ -8963,16 +9024,12 @@ class CheckpointManager {
 
   detail::manager::StepInfo info(std::int64_t step) const {
     std::lock_guard lock(mu_);
-    const auto it = steps_.find(step);
-    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(step) + detail::manager::steps_list(steps_));
-    return it->second;
+    return detail::manager::step_info(steps_, step, root_);
   }
 
   std::vector<retain::StepRecord> records() const {
     std::lock_guard lock(mu_);
-    std::vector<retain::StepRecord> out;
-    for (const auto& [step, info] : steps_) out.push_back({step, info.time, info.metrics});
-    return out;
+    return detail::manager::step_records(steps_);
   }
 
   // records(), with best_metric read from TensorBoard when asked (outside the lock: it reads files).
@@ -8992,17 +9049,7 @@ class CheckpointManager {
   std::filesystem::path dir_to_read(std::optional<std::int64_t> step) {
     executor_.wait_idle();
     std::lock_guard lock(mu_);
-    if (!step) {
-      if (steps_.empty()) throw NoSuchStepError(root_.string(), "", "no checkpoint to restore (no committed step)");
-      step = steps_.rbegin()->first;
-    }
-    const auto it = steps_.find(*step);
-    if (it == steps_.end()) throw NoSuchStepError(root_.string(), "", "no step " + std::to_string(*step) + detail::manager::steps_list(steps_));
-    const auto dir = root_ / it->second.name;
-    std::error_code ec;
-    if (std::filesystem::is_symlink(dir, ec))  // replaced by a link since it was listed
-      throw Error(dir.string(), "", "the step directory is a symbolic link, not a step of this root");
-    return dir;
+    return detail::manager::step_dir_to_read(steps_, step, root_);
   }
 
   std::filesystem::path item_dir(std::int64_t step, std::string_view name, Item::kind kind) {
@@ -14777,11 +14824,6 @@ inline void upload_tree(const std::filesystem::path& dir, const Location& loc) {
   if (ec) throw Error(dir.string(), "", "cannot list the files to upload: " + ec.message());
 }
 
-inline const std::byte* zero_page() {
-  static const std::byte zeros[native_format::alignment] = {};
-  return zeros;
-}
-
 }  // namespace detail
 
 // --- the native format on objects -------------------------------------------------
@@ -14792,19 +14834,10 @@ using namespace ckpt::native_format;
 // The same layout as format/native/writer.hpp (readable by either reader once copied):
 // large leaves in data files at 4 KiB boundaries, small ones inline in the manifest.
 inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& opt) {
-  std::vector<IndexEntry> entries(snap.leaves.size());
-  std::vector<std::size_t> large;
-  for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
-    const auto& leaf = snap.leaves[i];
-    IndexEntry& e = entries[i];
-    e.path = leaf.path;
-    e.type = leaf.data.type;
-    e.shape = leaf.data.shape;
-    e.length = leaf.data.view.size();
-    e.checksum = io::xxh3(leaf.data.view);
-    if (e.length < opt.inline_threshold || e.type == dtype::none) e.inline_bytes = leaf.data.view;
-    else large.push_back(i);
-  }
+  auto plan = ckpt::detail::native::plan_entries(snap, opt);
+  std::vector<IndexEntry>& entries = plan.entries;
+  const std::vector<std::size_t>& large = plan.large;
+  for (std::size_t i : large) entries[i].checksum = io::xxh3(snap.leaves[i].data.view);
   // As many data objects as the storage writes at once (S3: its connections), each a
   // single PUT up to the storage's multipart threshold: one PUT per connection moves the
   // bytes at the transport's rate, where a multipart upload costs the server a
@@ -14812,28 +14845,14 @@ inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& 
   // within a file, so a state of one huge leaf is one (multipart) object.
   const std::size_t nfiles =
       std::clamp<std::size_t>(large.size(), 1, std::max({1u, opt.data_files, loc.storage->parallelism()}));
-  std::vector<std::vector<std::size_t>> per_file(nfiles);
-  std::vector<std::uint64_t> load(nfiles, 0);
-  std::vector<std::size_t> by_size = large;
-  std::stable_sort(by_size.begin(), by_size.end(), [&](auto a, auto b) { return entries[a].length > entries[b].length; });
-  for (std::size_t i : by_size) {
-    const auto k = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    per_file[k].push_back(i);
-    load[k] += (entries[i].length + alignment - 1) / alignment * alignment;
-  }
+  const auto per_file = ckpt::detail::native::place_in_files(entries, large, nfiles);
   std::vector<std::vector<ConstBytes>> pieces(nfiles);
-  for (std::size_t k = 0; k < nfiles && !large.empty(); ++k) {
-    std::sort(per_file[k].begin(), per_file[k].end());
-    std::uint64_t offset = 0;
+  for (std::size_t k = 0; k < nfiles; ++k)
     for (std::size_t i : per_file[k]) {
-      entries[i].file = data_file_name(k);
-      entries[i].offset = offset;
       pieces[k].push_back(snap.leaves[i].data.view);
-      const auto pad = static_cast<std::size_t>((alignment - entries[i].length % alignment) % alignment);
-      if (pad) pieces[k].push_back(ConstBytes(detail::zero_page(), pad));
-      offset += entries[i].length + pad;
+      const auto pad = static_cast<std::size_t>(ckpt::detail::native::aligned_length(entries[i].length) - entries[i].length);
+      if (pad) pieces[k].push_back(ConstBytes(ckpt::detail::native::zero_page(), pad));
     }
-  }
   if (!large.empty()) {  // the data objects at once; the first failure is rethrown
     std::vector<std::exception_ptr> errors(nfiles);
     {
@@ -14975,12 +14994,7 @@ inline std::shared_ptr<const Index> open(const Location& loc) {
   }
   if (!m) throw CorruptCheckpointError(ckpt, "", "manifest object is missing");
   *manifest = std::move(*m);
-  if (manifest->size() != commit.manifest_bytes)
-    throw CorruptCheckpointError(ckpt, "", "manifest is " + std::to_string(manifest->size()) +
-                                               " bytes, the commit marker records " +
-                                               std::to_string(commit.manifest_bytes) + " (truncated?)");
-  if (io::xxh3(*manifest) != commit.manifest_xxh3)
-    throw CorruptCheckpointError(ckpt, "", "manifest checksum mismatch: the manifest was altered or torn");
+  check_manifest(*manifest, commit, ckpt);
 
   IndexInfo info;
   auto parsed = std::make_shared<msgpack::object_handle>();
