@@ -39,13 +39,13 @@ class Error : public std::runtime_error {
   // be able to catch the kind. Every kind below overrides it through ErrorKind.
   [[noreturn]] virtual void rethrow_about(std::string checkpoint, std::string what) const {
     Error copy = *this;
-    copy.reset(std::move(checkpoint), std::move(what));
+    copy.retarget(std::move(checkpoint), std::move(what));
     throw copy;
   }
 
  protected:
   // Points this error at another checkpoint and message, keeping its path.
-  void reset(std::string checkpoint, std::string what) {
+  void retarget(std::string checkpoint, std::string what) {
     static_cast<std::runtime_error&>(*this) = std::runtime_error(compose(checkpoint, path_, what));
     checkpoint_ = std::move(checkpoint);
     message_ = std::move(what);
@@ -68,7 +68,7 @@ class ErrorKind : public Base {
   using Base::Base;
   [[noreturn]] void rethrow_about(std::string checkpoint, std::string what) const override {
     Kind copy = static_cast<const Kind&>(*this);
-    copy.reset(std::move(checkpoint), std::move(what));
+    copy.retarget(std::move(checkpoint), std::move(what));
     throw copy;
   }
 };

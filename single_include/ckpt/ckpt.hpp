@@ -198,13 +198,13 @@ class Error : public std::runtime_error {
   // be able to catch the kind. Every kind below overrides it through ErrorKind.
   [[noreturn]] virtual void rethrow_about(std::string checkpoint, std::string what) const {
     Error copy = *this;
-    copy.reset(std::move(checkpoint), std::move(what));
+    copy.retarget(std::move(checkpoint), std::move(what));
     throw copy;
   }
 
  protected:
   // Points this error at another checkpoint and message, keeping its path.
-  void reset(std::string checkpoint, std::string what) {
+  void retarget(std::string checkpoint, std::string what) {
     static_cast<std::runtime_error&>(*this) = std::runtime_error(compose(checkpoint, path_, what));
     checkpoint_ = std::move(checkpoint);
     message_ = std::move(what);
@@ -227,7 +227,7 @@ class ErrorKind : public Base {
   using Base::Base;
   [[noreturn]] void rethrow_about(std::string checkpoint, std::string what) const override {
     Kind copy = static_cast<const Kind&>(*this);
-    copy.reset(std::move(checkpoint), std::move(what));
+    copy.retarget(std::move(checkpoint), std::move(what));
     throw copy;
   }
 };
@@ -7628,8 +7628,9 @@ inline std::vector<retain::StepRecord> step_records(const StepMap& steps) {
 // was replaced by a symbolic link since the root was listed.
 inline std::filesystem::path step_dir_to_read(const StepMap& steps, std::optional<std::int64_t> step,
                                               const std::filesystem::path& root) {
-  if (!step && steps.empty()) throw NoSuchStepError(root.string(), "", "no checkpoint to restore (no committed step)");
-  const auto dir = root / step_info(steps, step ? *step : steps.rbegin()->first, root).name;
+  if (!step) step = newest_step(steps);
+  if (!step) throw NoSuchStepError(root.string(), "", "no checkpoint to restore (no committed step)");
+  const auto dir = root / step_info(steps, *step, root).name;
   std::error_code ec;
   if (std::filesystem::is_symlink(dir, ec))
     throw Error(dir.string(), "", "the step directory is a symbolic link, not a step of this root");

@@ -143,8 +143,9 @@ inline std::vector<retain::StepRecord> step_records(const StepMap& steps) {
 // was replaced by a symbolic link since the root was listed.
 inline std::filesystem::path step_dir_to_read(const StepMap& steps, std::optional<std::int64_t> step,
                                               const std::filesystem::path& root) {
-  if (!step && steps.empty()) throw NoSuchStepError(root.string(), "", "no checkpoint to restore (no committed step)");
-  const auto dir = root / step_info(steps, step ? *step : steps.rbegin()->first, root).name;
+  if (!step) step = newest_step(steps);
+  if (!step) throw NoSuchStepError(root.string(), "", "no checkpoint to restore (no committed step)");
+  const auto dir = root / step_info(steps, *step, root).name;
   std::error_code ec;
   if (std::filesystem::is_symlink(dir, ec))
     throw Error(dir.string(), "", "the step directory is a symbolic link, not a step of this root");
