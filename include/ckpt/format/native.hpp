@@ -9,7 +9,7 @@
 
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/format.hpp>
-#include <ckpt/format/registry.hpp>
+#include <ckpt/format/native/policy.hpp>
 #if CKPT_DEFINE_API
 #include <ckpt/format/native/reader.hpp>
 #include <ckpt/format/native/writer.hpp>
@@ -17,19 +17,6 @@
 #endif
 
 namespace ckpt {
-
-struct SnapshotLeaf;
-
-struct native {
-  static constexpr const char* name = "native";
-  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o);
-  static bool detect(const std::filesystem::path& dir);
-  // The commit marker is written last, after every data file and the manifest are durable.
-  static bool is_committed(const std::filesystem::path& dir);
-  static std::shared_ptr<const Index> open(const std::filesystem::path& dir);
-  // Throws unless a Sharded leaf's box lies inside its global shape (dir names the checkpoint).
-  static void check_box(const std::string& dir, const SnapshotLeaf& leaf);
-};
 
 #if CKPT_DEFINE_API
 CKPT_API void native::write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o) {
@@ -47,6 +34,7 @@ CKPT_API void native::check_box(const std::string& dir, const SnapshotLeaf& leaf
 #endif
 
 static_assert(format_policy<native>, CKPT_INTERNAL_CHECK("native must meet format_policy"));
-inline const bool native_registered = register_format<native>(0);
+// Not registered here: the registry, which includes this header, lists native from its
+// first use (format/registry.hpp).
 
 }  // namespace ckpt

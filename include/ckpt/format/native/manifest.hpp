@@ -22,7 +22,6 @@
 #include <vector>
 
 #include <ckpt/detail/msgpack.hpp>
-#include <ckpt/detail/untrusted.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/version.hpp>
