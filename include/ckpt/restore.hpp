@@ -59,7 +59,7 @@ T restore(const std::filesystem::path& dir, const RestoreOptions& opts = {}) {
 // Every leaf with no target type: loaded and verified now, or with .lazy = true read
 // only when asked for. The options' transform applies.
 inline Tree restore_tree(const std::filesystem::path& dir, const RestoreOptions& opts = {}) {
-  return Tree(detail::index_for(open_index(dir), opts), !opts.lazy);
+  return Tree(detail::index_for(open_index(dir), opts), !opts.lazy, opts.verify_checksums);
 }
 
 // Paths, dtypes and shapes, reading only the manifest.

@@ -93,8 +93,9 @@ class Tree {
     std::shared_ptr<const std::vector<std::byte>> bytes_;  // null: read on demand
   };
 
-  // The tree of an opened index; with load, reads (and verifies) every leaf now.
-  Tree(std::shared_ptr<const Index> index, bool load) : index_(std::move(index)) {
+  // The tree of an opened index; with load, reads every leaf now (verifying its
+  // checksum unless told not to).
+  Tree(std::shared_ptr<const Index> index, bool load, bool verify = true) : index_(std::move(index)) {
     for (const auto& e : index_->entries()) {
       Leaf l;
       l.path_ = e.path;
@@ -105,7 +106,7 @@ class Tree {
       l.entry_ = &e;
       if (load) {
         auto v = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(e.length));
-        index_->read(e, *v);
+        index_->read(e, *v, verify);
         l.bytes_ = std::move(v);
       }
       leaves_.push_back(std::move(l));
