@@ -344,6 +344,181 @@ TEST_CASE("bundles of every dtype, written here, read back; the independent Pyth
   CHECK(out.find("[1.0, 2.0, 3.0, 4.0] ['hello bundle'] [9223372036854775808] [3.0]") != std::string::npos);
 }
 
+// A partitioned variable as tf.train.Saver writes one: an entry with the whole shape
+// and the slices' extents (no data), and each slice's bytes under its own key.
+std::string sliced_entry_proto(int tf_dtype, const std::vector<std::int64_t>& shape,
+                               const std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>>& slices) {
+  std::string sh, e;
+  for (auto d : shape) {
+    std::string dim;
+    field_varint(dim, 1, static_cast<std::uint64_t>(d));
+    field_bytes(sh, 2, dim);
+  }
+  field_varint(e, 1, static_cast<std::uint64_t>(tf_dtype));
+  field_bytes(e, 2, sh);
+  for (const auto& slice : slices) {
+    std::string sp;
+    for (const auto& [start, length] : slice) {
+      std::string extent;  // a whole dimension is an empty Extent
+      if (length >= 0) {
+        if (start) field_varint(extent, 1, static_cast<std::uint64_t>(start));
+        field_varint(extent, 2, static_cast<std::uint64_t>(length));
+      }
+      field_bytes(sp, 1, extent);
+    }
+    field_bytes(e, 7, sp);
+  }
+  return e;
+}
+
+// Bytes written out by hand from TensorFlow's OrderedCode (ordered_code.cc): 0x00 (the
+// number 0), the name, 0x00 0x01, the rank as 0x01 <byte>, then start and length of
+// each dimension as signed numbers: one byte 0x80 ^ v for -64 <= v < 64 (so 0 is
+// 0x80, 2 is 0x82, a whole dimension's -1 is 0x7f).
+std::string hand_key(const std::string& name, std::initializer_list<int> dims) {
+  std::string k("\x00", 1);
+  k += name;
+  k += std::string("\x00\x01", 2);
+  k += '\x01';
+  k += static_cast<char>(dims.size() / 2);
+  for (int v : dims) k += static_cast<char>(0x80 ^ v);
+  return k;
+}
+
+TEST_CASE("partitioned TF variables: slices under TensorFlow's keys assembled into the whole tensor") {
+  // The slice key encoding against the examples in TensorFlow's ordered_code.cc comments.
+  std::string k;
+  ckpt::detail::tf_bundle::ordered_code::write_signed(k, 0x424242);
+  CHECK(k == std::string("\xf0\x42\x42\x42", 4));
+  k.clear();
+  ckpt::detail::tf_bundle::ordered_code::write_signed(k, -0x800);
+  CHECK(k == std::string("\x38\x00", 2));
+  k.clear();
+  ckpt::detail::tf_bundle::ordered_code::write_string(k, std::string("a\0b\xff", 4));
+  CHECK(k == std::string("a\x00\xff" "b\xff\x00\x00\x01", 8));
+
+  test::TempDir tmp;
+  const fs::path prefix = tmp / "model.ckpt-3";
+  // part/w is [4, 3] float32 stored as rows [0, 3) and row [3, 4); a plain tensor beside it
+  const std::vector<float> top = {0, 1, 2, 3, 4, 5, 6, 7, 8}, bottom = {9, 10, 11};
+  const Tensor t0 = numeric<float>("", 1, {3, 3}, top), t1 = numeric<float>("", 1, {1, 3}, bottom);
+  const Tensor plain = numeric<std::int64_t>("global_step", 9, {}, {42});
+  auto bundle = [&](const std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>>& slices,
+                    std::vector<std::pair<std::string, std::string>> slice_kv, const std::string& data) {
+    std::vector<std::pair<std::string, std::string>> kv{{"", header_proto(1)}, {"part/w", sliced_entry_proto(1, {4, 3}, slices)}};
+    kv.emplace_back("global_step", entry_proto(plain, data.size()));
+    for (auto& x : slice_kv) kv.push_back(std::move(x));
+    write_text(prefix.string() + ".index", table(kv));
+    write_text(prefix.string() + ".data-00000-of-00001", data + plain.bytes);
+  };
+  const std::string data = t0.bytes + t1.bytes;
+  const std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> rows = {{{0, 3}, {0, -1}}, {{3, 1}, {0, -1}}};
+  bundle(rows, {{hand_key("part/w", {0, 3, 0, -1}), entry_proto(t0, 0)}, {hand_key("part/w", {3, 1, 0, -1}), entry_proto(t1, t0.bytes.size())}},
+         data);
+
+  const auto t = ckpt::restore_tree(prefix);
+  CHECK(t.paths() == std::vector<std::string>{"global_step", "part.w"});
+  CHECK(t.leaf("part.w").as<xt::xtensor<float, 2>>() ==
+        xt::xtensor<float, 2>{{0, 1, 2}, {3, 4, 5}, {6, 7, 8}, {9, 10, 11}});
+  CHECK(ckpt::metadata(prefix).leaf("part.w").shape() == ckpt::Shape{4, 3});
+  // another layout: this rank's box of the variable, read from the slices it meets
+  struct Part {
+    ckpt::Sharded<xt::xtensor<float, 2>> w;
+  };
+  struct Model {
+    Part part;
+  };
+  Model m{{{{4, 3}, {2, 1}, xt::xtensor<float, 2>::from_shape({2, 2})}}};
+  ckpt::restore_into(prefix, m);
+  CHECK(m.part.w.local == xt::xtensor<float, 2>{{7, 8}, {10, 11}});
+
+  // a flipped byte in a slice fails its crc32c; the other slice still reads alone
+  auto flipped = data;
+  flipped[t0.bytes.size() + 1] = static_cast<char>(flipped[t0.bytes.size() + 1] ^ 4);
+  bundle(rows, {{hand_key("part/w", {0, 3, 0, -1}), entry_proto(t0, 0)}, {hand_key("part/w", {3, 1, 0, -1}), entry_proto(t1, t0.bytes.size())}},
+         flipped);
+  CHECK_THROWS_WITH_AS(ckpt::restore_tree(prefix), doctest::Contains("crc32c mismatch"), ckpt::CorruptCheckpointError);
+  Model top_only{{{{4, 3}, {0, 0}, xt::xtensor<float, 2>::from_shape({2, 3})}}};
+  ckpt::restore_into(prefix, top_only);
+  CHECK(top_only.part.w.local == xt::xtensor<float, 2>{{0, 1, 2}, {3, 4, 5}});
+
+  // slices that are missing, overlap, leave a gap or lie outside: errors naming the variable
+  bundle(rows, {{hand_key("part/w", {0, 3, 0, -1}), entry_proto(t0, 0)}}, data);
+  CHECK_THROWS_WITH_AS(ckpt::metadata(prefix), doctest::Contains("part/w: the slice at [3,0] of shape [1,3] is missing"),
+                       ckpt::CorruptCheckpointError);
+  bundle({{{0, 3}, {0, -1}}, {{2, 1}, {0, -1}}},
+         {{hand_key("part/w", {0, 3, 0, -1}), entry_proto(t0, 0)}, {hand_key("part/w", {2, 1, 0, -1}), entry_proto(t1, t0.bytes.size())}},
+         data);
+  CHECK_THROWS_WITH_AS(ckpt::metadata(prefix), doctest::Contains("overlap"), ckpt::CorruptCheckpointError);
+  bundle({{{0, 3}, {0, -1}}}, {{hand_key("part/w", {0, 3, 0, -1}), entry_proto(t0, 0)}}, data);
+  CHECK_THROWS_WITH_AS(ckpt::metadata(prefix), doctest::Contains("cover 9 of the 12"), ckpt::CorruptCheckpointError);
+  bundle({{{0, 3}, {0, -1}}, {{3, 2}, {0, -1}}}, {{hand_key("part/w", {0, 3, 0, -1}), entry_proto(t0, 0)}}, data);
+  CHECK_THROWS_WITH_AS(ckpt::metadata(prefix), doctest::Contains("lies outside the shape [4,3]"), ckpt::CorruptCheckpointError);
+}
+
+// A string tensor of any shape in TensorFlow's encoding (tensor_bundle.cc WriteStringTensor).
+Tensor string_tensor(std::string name, std::vector<std::int64_t> shape, const std::vector<std::string>& v) {
+  std::string lens, fixed;
+  for (const auto& s : v) {
+    put_varint(lens, s.size());
+    put_le(fixed, s.size(), 4);
+  }
+  std::uint32_t crc = ckpt::io::crc32c(bytes_of(fixed));
+  std::string masked;
+  put_le(masked, ckpt::io::crc32c_mask(crc), 4);
+  std::string body = masked;
+  for (const auto& s : v) body += s;
+  crc = ckpt::io::crc32c_extend(crc, bytes_of(body));
+  return {std::move(name), 7, std::move(shape), lens + body, ckpt::io::crc32c_mask(crc)};
+}
+
+TEST_CASE("TF string tensors of any shape: one string leaf per element; the independent decoder agrees") {
+  test::TempDir tmp;
+  const fs::path prefix = tmp / "vocab.ckpt-1";
+  const std::vector<std::string> words = {"the", "", std::string("a\0b", 3), "\xc3\xa9t\xc3\xa9"};
+  write_bundle(prefix, {string_tensor("table/keys", {2, 2}, words), string_tensor("names", {3}, {"x", "yy", "zzz"}),
+                        string_scalar("note", "one")});
+  const auto t = ckpt::restore_tree(prefix);
+  CHECK(t.paths() == std::vector<std::string>{"names.0", "names.1", "names.2", "note", "table.keys.0.0", "table.keys.0.1",
+                                              "table.keys.1.0", "table.keys.1.1"});
+  CHECK(t.leaf("table.keys.1.0").as<std::string>() == std::string("a\0b", 3));
+  struct Vocab {
+    std::vector<std::vector<std::string>> keys;
+  };
+  struct Strings {
+    Vocab table;
+    std::vector<std::string> names;
+    std::string note;
+  };
+  // a rule for the tensor's name covers its elements
+  const auto s = ckpt::tf::restore<Strings>(prefix, ckpt::tf::rules({{"table/keys", "table.keys"}, {"names|note", "$&"}}));
+  CHECK(s.table.keys == std::vector<std::vector<std::string>>{{"the", ""}, {std::string("a\0b", 3), "\xc3\xa9t\xc3\xa9"}});
+  CHECK(s.names == std::vector<std::string>{"x", "yy", "zzz"});
+  CHECK(s.note == "one");
+  const std::string out = test::python(
+      "import json, subprocess, sys\n"
+      "r = subprocess.run([sys.executable, '" + (mtf / "oracle_tf_bundle.py").string() + "', sys.argv[1] + '/vocab.ckpt-1', '--json'],"
+      " capture_output=True, text=True, check=True)\n"
+      "t = json.loads(r.stdout)['tensors']\n"
+      "assert all(e['crc_check'] == 'masked-ok' for e in t.values()), t\n"
+      "print(t['names']['values'], t['table/keys']['shape'])\n",
+      tmp.path());
+  CHECK(out.find("['x', 'yy', 'zzz'] [2, 2]") != std::string::npos);
+
+  // a flipped string byte: the tensor's crc32c fails when read with verification, not without
+  auto data = test::read_bytes(prefix.string() + ".data-00000-of-00001");
+  data[9] = static_cast<char>(data[9] ^ 1);  // the 'h' of "the": 4 varint lengths and their crc come first
+  test::write_bytes(prefix.string() + ".data-00000-of-00001", data);
+  CHECK_THROWS_WITH_AS(ckpt::restore_tree(prefix), doctest::Contains("crc32c"), ckpt::CorruptCheckpointError);
+  CHECK(ckpt::restore_tree(prefix, {.verify_checksums = false}).size() == 8);
+  // lengths that claim more than is stored
+  write_bundle(prefix, {string_tensor("names", {3}, {"x", "yy", "zzz"})});
+  data = test::read_bytes(prefix.string() + ".data-00000-of-00001");
+  data[0] = 5;  // "x" is 1 byte
+  test::write_bytes(prefix.string() + ".data-00000-of-00001", data);
+  CHECK_THROWS_WITH_AS(ckpt::metadata(prefix), doctest::Contains("names: string lengths do not match"), ckpt::CorruptCheckpointError);
+}
+
 TEST_CASE("hostile TF index and data files: errors naming the checkpoint, never a crash") {
   test::TempDir tmp;
   // every single-byte corruption and every truncation of the real snappy-compressed index

@@ -7,14 +7,21 @@
 // `checkpoint` state file names the latest prefix; so does this reader.
 // Paths are the variable names split at '/'. Each leaf's masked crc32c is verified when
 // it is read (restore's verify_checksums). Strings are TensorFlow's string encoding
-// (varint lengths, a masked crc of the lengths, the bytes); scalar ones become string
-// leaves. Partitioned variables (entries with slices) are listed but refuse to be read.
-// Nothing but the index is read when opening: a missing data shard shows when a tensor
-// in it is read, naming the shard.
+// (varint lengths, a masked crc of the lengths, the bytes): a scalar one becomes a
+// string leaf, a tensor of shape [n, m] the leaves name/0/0 ... name/(n-1)/(m-1) (what a
+// std::vector<std::vector<std::string>> restores from); they are read when opening, to
+// know their lengths. A partitioned variable (an entry listing slices, each stored
+// under its own key, as tf.train.Saver writes PartitionedVariable) becomes one leaf of
+// the whole shape whose slices are boxes (IndexBox), assembled when it is read; the
+// slices must cover the shape without overlapping. Otherwise nothing but the index is
+// read when opening: a missing data shard shows when a tensor in it is read, naming it.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,9 +63,65 @@ struct Stored {
   std::string shard;               // file name of the data shard
   std::uint64_t offset = 0, size = 0;
   std::optional<std::uint32_t> masked_crc;
-  bool string = false;             // TensorFlow's string encoding
+  // One element of a string tensor, decoded when opening; string_crc_ok: the tensor's
+  // crc32c matched (checked then, reported when the element is read with verification).
+  std::shared_ptr<const std::string> string;
+  bool string_crc_ok = true;
   std::string refuse;              // non-empty: why this tensor cannot be read
 };
+
+inline constexpr std::int64_t max_string_elements = 1 << 20;        // per string tensor
+inline constexpr std::uint64_t max_string_tensor_bytes = 256u << 20;  // read when opening
+inline constexpr std::size_t max_slices_per_variable = 4096;        // checked pairwise
+
+// The key a slice of a partitioned variable is stored under: TensorFlow's
+// EncodeTensorNameSlice (tensorflow/core/util/saved_tensor_slice_util.cc), written with
+// its OrderedCode (tensorflow/core/lib/strings/ordered_code.cc): 0, the name, the rank,
+// then start and length of each dimension (0 and -1 for a whole dimension).
+namespace ordered_code {
+inline void write_num(std::string& out, std::uint64_t v) {  // length byte, big-endian, no leading zeros
+  const int n = (std::bit_width(v) + 7) / 8;
+  out += static_cast<char>(n);
+  for (int i = n - 1; i >= 0; --i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+inline void write_string(std::string& out, std::string_view s) {  // \0 and \xff escaped, then \0\1
+  for (const char c : s) {
+    out += c;
+    if (c == '\0') out += '\xff';
+    else if (c == '\xff') out += '\0';
+  }
+  out += '\0';
+  out += '\1';
+}
+// Sign bit, then as many more bits equal to it as bytes follow the first, then the value.
+inline void write_signed(std::string& out, std::int64_t v) {
+  static constexpr unsigned char header[11][2] = {{0, 0},       {0x80, 0},    {0xc0, 0},    {0xe0, 0},
+                                                  {0xf0, 0},    {0xf8, 0},    {0xfc, 0},    {0xfe, 0},
+                                                  {0xff, 0},    {0xff, 0x80}, {0xff, 0xc0}};
+  const auto u = static_cast<std::uint64_t>(v);
+  const std::uint64_t x = v < 0 ? ~u : u;
+  const int len = (std::bit_width(x) + 7) / 7;  // 1..10 bytes
+  unsigned char buf[10];
+  buf[0] = buf[1] = v < 0 ? 0xff : 0;
+  for (int i = 0; i < 8; ++i) buf[2 + i] = static_cast<unsigned char>((u >> (56 - 8 * i)) & 0xff);
+  unsigned char* begin = buf + 10 - len;
+  begin[0] ^= header[len][0];
+  if (len > 1) begin[1] ^= header[len][1];
+  out.append(reinterpret_cast<const char*>(begin), static_cast<std::size_t>(len));
+}
+}  // namespace ordered_code
+
+inline std::string slice_key(std::string_view name, const std::vector<tf::proto::SliceExtent>& slice) {
+  std::string k;
+  ordered_code::write_num(k, 0);
+  ordered_code::write_string(k, name);
+  ordered_code::write_num(k, slice.size());
+  for (const auto& x : slice) {
+    ordered_code::write_signed(k, x.length ? x.start : 0);
+    ordered_code::write_signed(k, x.length ? *x.length : -1);
+  }
+  return k;
+}
 
 inline std::string shard_name(const std::string& prefix_name, std::int64_t i, std::int64_t n) {
   char buf[48];
@@ -68,15 +131,31 @@ inline std::string shard_name(const std::string& prefix_name, std::int64_t i, st
 
 class BundleReader final : public IndexReader {
  public:
-  BundleReader(fs::path dir, std::vector<Stored> stored) : dir_(std::move(dir)), stored_(std::move(stored)) {}
+  // slices: the stored slices of partitioned variables, by (shard, offset): the boxes of
+  // their entries name those, and their crc32c is here.
+  BundleReader(fs::path dir, std::vector<Stored> stored, std::map<std::pair<std::string, std::uint64_t>, Stored> slices)
+      : dir_(std::move(dir)), stored_(std::move(stored)), slices_(std::move(slices)) {}
 
   void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const override {
-    const auto i = static_cast<std::size_t>(&e - index.entries().data());
-    if (&e < index.entries().data() || i >= stored_.size())
-      throw Error(index.checkpoint(), e.path.str(), "entry does not belong to this index");
-    const Stored& s = stored_[i];
     auto fail = [&](const std::string& w) { throw CorruptCheckpointError(index.checkpoint(), e.path.str(), w); };
+    const IndexEntry* first = index.entries().data();
+    const std::less<const IndexEntry*> before;
+    const Stored* found = nullptr;
+    if (!before(&e, first) && before(&e, first + index.entries().size())) {
+      found = &stored_[static_cast<std::size_t>(&e - first)];
+    } else if (auto it = slices_.find({e.file, e.offset}); it != slices_.end()) {
+      found = &it->second;  // a slice of a partitioned variable (a box of its entry)
+    } else {
+      throw Error(index.checkpoint(), e.path.str(), "entry does not belong to this index");
+    }
+    const Stored& s = *found;
     if (!s.refuse.empty()) throw Error(index.checkpoint(), e.path.str(), s.refuse);
+    if (s.string) {
+      if (verify && !s.string_crc_ok) fail("crc32c mismatch in " + s.shard + " (the data is corrupt)");
+      if (dst.size() != s.string->size()) fail("size mismatch");
+      std::memcpy(dst.data(), s.string->data(), dst.size());
+      return;
+    }
     const fs::path file = dir_ / s.shard;
     std::error_code ec;
     if (!fs::exists(file, ec)) fail("data shard " + s.shard + " is missing");
@@ -85,52 +164,55 @@ class BundleReader final : public IndexReader {
     if (s.offset > fsize || s.size > fsize - s.offset)
       fail("bytes [" + std::to_string(s.offset) + ", +" + std::to_string(s.size) + ") lie past the end of " + s.shard +
            " (" + std::to_string(fsize) + " bytes)");
-    if (!s.string) {
-      if (dst.size() != s.size) fail("size mismatch");
-      io::pread_exact(f, dst, s.offset, file);
-      if (verify && s.masked_crc && io::crc32c_mask(io::crc32c(dst)) != *s.masked_crc)
-        fail("crc32c mismatch in " + s.shard + " (the data is corrupt)");
-      return;
-    }
-    std::vector<std::byte> raw(static_cast<std::size_t>(s.size));
-    io::pread_exact(f, raw, s.offset, file);
-    const std::string text = decode_string(raw, verify ? s.masked_crc : std::nullopt, fail);
-    if (dst.size() != text.size()) fail("size mismatch");
-    std::memcpy(dst.data(), text.data(), text.size());
-  }
-
-  // One element of TensorFlow's string encoding: varint64 length, the masked crc32c of
-  // the length as uint32 (as uint64 when it needs 64 bits), the bytes. The entry's crc
-  // covers the fixed-width length, that crc and the bytes.
-  template <class Fail>
-  static std::string decode_string(std::span<const std::byte> raw, std::optional<std::uint32_t> masked, Fail&& fail) {
-    tf::proto::WireReader r(raw);
-    std::uint64_t len = 0;
-    if (!r.varint(len)) fail("malformed string length");
-    std::size_t at = 0;
-    while (static_cast<std::uint8_t>(raw[at]) & 0x80) ++at;
-    ++at;
-    if (raw.size() - at < 4 || len != raw.size() - at - 4) fail("string length does not match the stored size");
-    if (masked) {
-      std::byte w[8];
-      const std::size_t wn = len > 0xffffffffu ? 8 : 4;
-      for (std::size_t k = 0; k < wn; ++k) w[k] = static_cast<std::byte>((len >> (8 * k)) & 0xff);
-      std::uint32_t c = io::crc32c(std::span<const std::byte>(w, wn));
-      const std::uint32_t len_crc = io::crc32c_mask(c);
-      std::uint32_t stored_len_crc = 0;
-      for (int k = 3; k >= 0; --k) stored_len_crc = (stored_len_crc << 8) | static_cast<std::uint8_t>(raw[at + static_cast<std::size_t>(k)]);
-      if (stored_len_crc != len_crc) fail("crc32c of the string's length does not match");
-      c = io::crc32c_extend(c, raw.subspan(at, 4 + static_cast<std::size_t>(len)));
-      if (io::crc32c_mask(c) != *masked) fail("crc32c mismatch (the data is corrupt)");
-    }
-    const auto body = raw.subspan(at + 4);
-    return std::string(reinterpret_cast<const char*>(body.data()), body.size());
+    if (dst.size() != s.size) fail("size mismatch");
+    io::pread_exact(f, dst, s.offset, file);
+    if (verify && s.masked_crc && io::crc32c_mask(io::crc32c(dst)) != *s.masked_crc)
+      fail("crc32c mismatch in " + s.shard + " (the data is corrupt)");
   }
 
  private:
   fs::path dir_;
   std::vector<Stored> stored_;
+  std::map<std::pair<std::string, std::uint64_t>, Stored> slices_;
 };
+
+// A string tensor of n elements as TensorFlow's WriteStringTensor stores it: n varint64
+// lengths, the masked crc32c of the lengths (each as uint32, as uint64 when it needs 64
+// bits), the bytes of every element. The entry's crc covers those fixed-width lengths,
+// the 4 bytes of their crc and the bytes. Returns the elements and whether the entry's
+// crc matched (nullopt masked: nothing to check); malformed bytes call fail.
+template <class Fail>
+std::pair<std::vector<std::string>, bool> decode_strings(std::span<const std::byte> raw, std::uint64_t n,
+                                                         std::optional<std::uint32_t> masked, Fail&& fail) {
+  tf::proto::WireReader r(raw);
+  std::vector<std::uint64_t> lens;
+  std::uint64_t total = 0;
+  std::uint32_t c = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint64_t len = 0;
+    if (!r.varint(len) || len > raw.size()) fail("malformed string length");
+    lens.push_back(len);
+    total += len;
+    std::byte w[8];
+    const std::size_t wn = len > 0xffffffffu ? 8 : 4;
+    for (std::size_t k = 0; k < wn; ++k) w[k] = static_cast<std::byte>((len >> (8 * k)) & 0xff);
+    c = io::crc32c_extend(c, std::span<const std::byte>(w, wn));
+  }
+  const std::size_t at = raw.size() - r.remaining();
+  std::uint32_t stored_len_crc = 0;
+  if (r.remaining() < 4 || total != r.remaining() - 4 || !r.fixed32(stored_len_crc))
+    fail("string lengths do not match the stored size");
+  if (stored_len_crc != io::crc32c_mask(c)) fail("crc32c of the string lengths does not match");
+  c = io::crc32c_extend(c, raw.subspan(at));
+  std::vector<std::string> out;
+  out.reserve(lens.size());
+  std::size_t from = at + 4;
+  for (const std::uint64_t len : lens) {
+    out.emplace_back(reinterpret_cast<const char*>(raw.data() + from), static_cast<std::size_t>(len));
+    from += static_cast<std::size_t>(len);
+  }
+  return {std::move(out), !masked || io::crc32c_mask(c) == *masked};
+}
 
 // "a/b/c" -> [a, b, c]
 inline Path path_of(std::string_view name) {
@@ -240,13 +322,15 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
   bool have_header = false;
   std::vector<IndexEntry> out;
   std::vector<bd::Stored> stored;
+  std::map<std::string, std::span<const std::byte>> slice_values;
+  std::map<std::pair<std::string, std::uint64_t>, bd::Stored> slices;
   for (const auto& kv : entries) {
     if (kv.key.empty()) {
       if (!proto::parse_header(kv.value, header)) fail_index("malformed BundleHeaderProto");
       have_header = true;
       continue;
     }
-    if (kv.key[0] == '\0') continue;  // a slice of a partitioned variable, read through its full entry
+    if (kv.key[0] == '\0') slice_values.emplace(kv.key, kv.value);  // a slice, read through its variable's entry
   }
   if (!have_header) fail_index("no BundleHeaderProto (the \"\" key)");
   if (header.num_shards < 1 || header.num_shards > bd::max_shards)
@@ -255,6 +339,111 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
   if (header.min_consumer > 1)
     fail_index("written for readers of version >= " + std::to_string(header.min_consumer) + "; this one reads version 1");
   const std::string prefix_name = prefix->filename().string();
+
+  // A partitioned variable: each slice its entry lists is stored under slice_key as an
+  // entry of its own (shard, offset, size, crc32c); they become the boxes of e.
+  auto add_slices = [&](const std::string& name, const proto::BundleEntry& be, IndexEntry& e, const auto& fail) {
+    const std::size_t rank = be.shape.size();
+    if (be.slices.size() > bd::max_slices_per_variable)
+      fail(std::to_string(be.slices.size()) + " slices; at most " + std::to_string(bd::max_slices_per_variable) + " are read");
+    for (const auto& slice : be.slices) {
+      if (slice.size() != rank) fail("a slice of rank " + std::to_string(slice.size()) + " in a tensor of rank " + std::to_string(rank));
+      IndexBox b;
+      for (std::size_t d = 0; d < rank; ++d) {
+        const auto& x = slice[d];
+        if (x.length && (x.start < 0 || *x.length < 0 || x.start > be.shape[d] || *x.length > be.shape[d] - x.start))
+          fail("slice [" + std::to_string(x.start) + ", +" + std::to_string(*x.length) + ") of dimension " +
+               std::to_string(d) + " lies outside the shape " + shape_str(be.shape));
+        b.origin.push_back(x.length ? x.start : 0);
+        b.bytes.shape.push_back(x.length ? *x.length : be.shape[d]);
+      }
+      const auto found = slice_values.find(bd::slice_key(name, slice));
+      if (found == slice_values.end())
+        fail("the slice at " + shape_str(b.origin) + " of shape " + shape_str(b.bytes.shape) + " is missing from the index");
+      proto::BundleEntry se;
+      if (!proto::parse_entry(found->second, se)) fail("malformed BundleEntryProto of a slice");
+      const std::uint64_t want = static_cast<std::uint64_t>(element_count(b.bytes.shape)) * dtype_size(e.type);
+      if (se.dtype != be.dtype || se.shape != b.bytes.shape || se.shard_id < 0 || se.shard_id >= header.num_shards ||
+          se.offset < 0 || se.size < 0 || static_cast<std::uint64_t>(se.size) != want)
+        fail("the slice at " + shape_str(b.origin) + " does not match its variable (dtype, shape, shard or size)");
+      bd::Stored ss;
+      ss.shard = bd::shard_name(prefix_name, se.shard_id, header.num_shards);
+      ss.offset = static_cast<std::uint64_t>(se.offset);
+      ss.size = want;
+      ss.masked_crc = se.crc32c;
+      b.bytes.path = e.path;
+      b.bytes.type = e.type;
+      b.bytes.file = ss.shard;
+      b.bytes.offset = ss.offset;
+      b.bytes.length = want;
+      if (!slices.emplace(std::pair(ss.shard, ss.offset), ss).second && want > 0)
+        fail("two slices are stored at the same place in " + ss.shard);
+      e.boxes.push_back(std::move(b));
+    }
+    // Disjoint, and together exactly the shape (so every element is read once).
+    std::uint64_t covered = 0;
+    for (std::size_t i = 0; i < e.boxes.size(); ++i) {
+      covered += static_cast<std::uint64_t>(element_count(e.boxes[i].bytes.shape));
+      for (std::size_t j = 0; j < i; ++j) {
+        bool meet = true;
+        for (std::size_t d = 0; d < rank && meet; ++d) {
+          const auto &a = e.boxes[i], &c = e.boxes[j];
+          meet = a.origin[d] < c.origin[d] + c.bytes.shape[d] && c.origin[d] < a.origin[d] + a.bytes.shape[d];
+        }
+        if (meet && element_count(e.boxes[i].bytes.shape) > 0 && element_count(e.boxes[j].bytes.shape) > 0)
+          fail("slices at " + shape_str(e.boxes[j].origin) + " and " + shape_str(e.boxes[i].origin) + " overlap");
+      }
+    }
+    if (covered != static_cast<std::uint64_t>(element_count(be.shape)))
+      fail("the slices cover " + std::to_string(covered) + " of the " + std::to_string(element_count(be.shape)) + " elements");
+  };
+
+  // A string tensor: read now (its elements' lengths are in the data shard), one string
+  // leaf per element, at name/i/j... for a tensor of rank > 0.
+  auto add_strings = [&](const proto::BundleEntry& be, IndexEntry e, bd::Stored s,
+                         const auto& fail) {
+    const std::int64_t count = element_count(be.shape);
+    e.type = dtype::string;
+    auto refuse = [&](const std::string& why) {
+      e.shape = {};
+      s.refuse = why;
+      out.push_back(std::move(e));
+      stored.push_back(std::move(s));
+    };
+    if (count == 0) return refuse("an empty string tensor (shape " + shape_str(be.shape) + ")");
+    if (count > bd::max_string_elements)
+      return refuse("a string tensor of " + std::to_string(count) + " elements; at most " +
+                    std::to_string(bd::max_string_elements) + " are read");
+    if (s.size > bd::max_string_tensor_bytes)
+      return refuse("a string tensor of " + std::to_string(s.size) + " bytes; at most " +
+                    std::to_string(bd::max_string_tensor_bytes) + " are read");
+    if (s.size < static_cast<std::uint64_t>(count) + 4)
+      fail("string tensor of " + std::to_string(s.size) + " bytes is too short for " + std::to_string(count) + " elements");
+    const fs::path file = prefix->parent_path() / s.shard;
+    if (!bd::is_file(file)) return refuse("data shard " + s.shard + " is missing");
+    io::File f = io::File::open_read(file);
+    const std::uint64_t fsize = f.size(file);
+    if (s.offset > fsize || s.size > fsize - s.offset) fail("bytes lie past the end of " + s.shard);
+    std::vector<std::byte> raw(static_cast<std::size_t>(s.size));
+    io::pread_exact(f, raw, s.offset, file);
+    auto [texts, crc_ok] = bd::decode_strings(raw, static_cast<std::uint64_t>(count), s.masked_crc, fail);
+    Shape at(be.shape.size(), 0);  // the element's index, last dimension fastest
+    for (std::string& text : texts) {
+      IndexEntry el = e;
+      bd::Stored es = s;
+      for (const std::int64_t i : at) el.path = el.path.child(std::to_string(i));
+      el.shape = {};
+      el.length = text.size();
+      es.string = std::make_shared<const std::string>(std::move(text));
+      es.string_crc_ok = crc_ok;
+      out.push_back(std::move(el));
+      stored.push_back(std::move(es));
+      for (std::size_t d = at.size(); d-- > 0;) {
+        if (++at[d] < be.shape[d]) break;
+        at[d] = 0;
+      }
+    }
+  };
 
   for (const auto& kv : entries) {
     if (kv.key.empty() || kv.key[0] == '\0') continue;
@@ -289,36 +478,19 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
       s.refuse = "TensorFlow DataType " + std::to_string(be.dtype) + " has no ckpt dtype";
     } else if (!be.slices.empty()) {
       e.type = *type;
-      const auto es = dtype_size(*type);
-      e.length = *type == dtype::string ? 0 : static_cast<std::uint64_t>(count) * es;
-      s.refuse = "a partitioned variable (stored as " + std::to_string(be.slices.size()) +
-                 " slices); reading partitioned variables is not supported";
-    } else if (*type == dtype::string) {
-      e.type = dtype::string;
-      if (count != 1) {
-        s.refuse = "a string tensor of shape " + shape_str(be.shape) + "; only scalar strings are read";
+      if (*type == dtype::string) {
+        s.refuse = "a partitioned string variable; reading those is not supported";
       } else {
-        if (s.size < 5) fail("string tensor of " + std::to_string(s.size) + " bytes is too short");
-        // the length varint is inside the data file; the leaf's length is known only
-        // from it, so read it now (a few bytes) when the shard is there
-        const fs::path file = prefix->parent_path() / s.shard;
-        if (bd::is_file(file)) {
-          io::File f = io::File::open_read(file);
-          const std::uint64_t fsize = f.size(file);
-          if (s.offset > fsize || s.size > fsize - s.offset) fail("bytes lie past the end of " + s.shard);
-          std::byte head[10] = {};
-          const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(10, s.size));
-          io::pread_exact(f, std::span<std::byte>(head, n), s.offset, file);
-          proto::WireReader r(std::span<const std::byte>(head, n));
-          std::uint64_t len;
-          if (!r.varint(len) || len > s.size) fail("malformed string length");
-          e.length = len;
-          s.string = true;
-        } else {
-          s.refuse = "data shard " + s.shard + " is missing";
-        }
+        e.file.clear();
+        e.offset = 0;
+        if (static_cast<std::uint64_t>(count) > (std::uint64_t{1} << 62) / dtype_size(*type))
+          fail("shape " + shape_str(be.shape) + " is too large");
+        e.length = static_cast<std::uint64_t>(count) * dtype_size(*type);
+        add_slices(name, be, e, fail);
       }
-      e.shape = {};
+    } else if (*type == dtype::string) {
+      add_strings(be, std::move(e), std::move(s), fail);
+      continue;
     } else {
       e.type = *type;
       const std::uint64_t want = static_cast<std::uint64_t>(count) * dtype_size(*type);
@@ -334,7 +506,7 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
   info.format = "tensorflow";
   info.format_version = static_cast<std::uint64_t>(header.producer);
   return std::make_shared<const Index>(ckpt, std::move(info), std::move(out),
-                                       std::make_shared<bd::BundleReader>(prefix->parent_path(), std::move(stored)),
+                                       std::make_shared<bd::BundleReader>(prefix->parent_path(), std::move(stored), std::move(slices)),
                                        nullptr);
 }
 

@@ -64,11 +64,30 @@ inline std::string variable_name(const Path& p) {
   return s;
 }
 
+// An element of a string tensor (the leaf name/i/j): the translation of the tensor's
+// name with the element's indices appended, so that a rule for the variable covers
+// its elements; nullopt when the name has no numeric tail or the tensor no translation.
+inline std::optional<std::string> translate_string_element(const Path& p, const Translator& translate) {
+  const auto& segs = p.segments();
+  std::size_t tail = 0;
+  while (tail + 1 < segs.size() && !segs[segs.size() - 1 - tail].empty() &&
+         segs[segs.size() - 1 - tail].find_first_not_of("0123456789") == std::string::npos)
+    ++tail;
+  for (std::size_t k = 1; k <= tail; ++k) {
+    const Path tensor(std::vector<std::string>(segs.begin(), segs.end() - static_cast<std::ptrdiff_t>(k)));
+    auto to = translate(variable_name(tensor));
+    if (!to || to->empty()) continue;
+    for (auto it = segs.end() - static_cast<std::ptrdiff_t>(k); it != segs.end(); ++it) *to += "." + *it;
+    return to;
+  }
+  return std::nullopt;
+}
+
 // Every variable of the TF checkpoint as it is: paths are the names split at '/'.
 inline Tree restore_tree(const std::filesystem::path& prefix_or_dir, const RestoreOptions& opts = {}) {
   Tree t(open_bundle(prefix_or_dir), false);
   if (opts.transform) opts.transform(t);
-  return Tree(t.to_index(), !opts.lazy);
+  return Tree(t.to_index(), !opts.lazy, opts.verify_checksums);
 }
 
 // The checkpoint's variables under the paths translate gives them.
@@ -80,7 +99,8 @@ inline Tree convert(const std::filesystem::path& prefix_or_dir, const Translator
   std::vector<std::pair<std::string, std::string>> moves;  // tf name -> path
   for (const auto& l : t.leaves()) {
     const std::string name = variable_name(l.path());
-    const auto to = translate(name);
+    auto to = translate(name);
+    if ((!to || to->empty()) && l.dtype() == dtype::string) to = translate_string_element(l.path(), translate);
     if (!to || to->empty()) unmapped.push_back(name);
     else moves.emplace_back(name, *to);
   }

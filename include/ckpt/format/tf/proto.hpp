@@ -24,6 +24,7 @@ class WireReader {
   explicit WireReader(std::span<const std::byte> b) : b_(b) {}
 
   bool done() const { return at_ >= b_.size(); }
+  std::size_t remaining() const { return b_.size() - at_; }
 
   bool varint(std::uint64_t& v) {
     v = 0;
