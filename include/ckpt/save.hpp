@@ -7,6 +7,7 @@
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/format.hpp>
 #include <ckpt/format/native.hpp>
+#include <ckpt/format/registry.hpp>
 #include <ckpt/io/staging_dir.hpp>  // StaleStaging (gc)
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>

@@ -62,14 +62,15 @@ inline constexpr const char* library_version = CKPT_VERSION_STRING;
 #include <vector>
 
 // begin ckpt/detail/compile_mode.hpp
-// ckpt/detail/compile_mode.hpp — header-only by default, or compiled once.
+// ckpt/detail/compile_mode.hpp — header-only, or the machinery compiled once.
 //
 // ckpt is header-only: include it and it works. The price is that every translation
 // unit that saves or restores compiles the machinery beneath (the native format, the
-// staging directory, parallel reads, error messages) again. A program with many such
-// units defines CKPT_SEPARATE_COMPILATION for all of them and compiles that machinery
-// once, in one unit that includes <ckpt/src.hpp> (the CMake target ckpt::compiled does
-// both), as Boost.Asio does with BOOST_ASIO_SEPARATE_COMPILATION.
+// staging directory, parallel reads, error messages) again. A program defines
+// CKPT_SEPARATE_COMPILATION for all of its units and compiles that machinery once, in
+// one unit that includes <ckpt/src.hpp>, as Boost.Asio does with
+// BOOST_ASIO_SEPARATE_COMPILATION. The build systems' default target does both
+// (CMake's ckpt::ckpt, libckpt.a); ckpt::header_only and a plain -I do neither.
 //
 // In a header, a function of that machinery is declared with CKPT_API and its body
 // sits in a `#if CKPT_DEFINE_API` block: inline in header-only mode; in separate mode
@@ -14079,7 +14080,7 @@ inline std::string slice_key(std::string_view name, const std::vector<tf::proto:
 }
 
 inline std::string shard_name(const std::string& prefix_name, std::int64_t i, std::int64_t n) {
-  char buf[48];
+  char buf[64];  // two 20-digit numbers fit
   std::snprintf(buf, sizeof buf, ".data-%05lld-of-%05lld", static_cast<long long>(i), static_cast<long long>(n));
   return prefix_name + buf;
 }

@@ -124,7 +124,7 @@ inline std::string slice_key(std::string_view name, const std::vector<tf::proto:
 }
 
 inline std::string shard_name(const std::string& prefix_name, std::int64_t i, std::int64_t n) {
-  char buf[48];
+  char buf[64];  // two 20-digit numbers fit
   std::snprintf(buf, sizeof buf, ".data-%05lld-of-%05lld", static_cast<long long>(i), static_cast<long long>(n));
   return prefix_name + buf;
 }
