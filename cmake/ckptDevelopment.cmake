@@ -14,10 +14,10 @@ if(CKPT_USE_SINGLE_INCLUDE)
   target_link_libraries(ckpt_single_include INTERFACE ${CKPT_DEPS_TARGETS})
   set(CKPT_DEV_LIBRARY ckpt_single_include)
 else()
-  # Our own programs build in separate-compilation mode: the machinery compiles once
-  # (src/ckpt.cpp) instead of in every test file. The single-header build above and the
-  # consumer tests cover header-only mode.
-  set(CKPT_DEV_LIBRARY ckpt::compiled)
+  # Our own programs link ckpt::ckpt, as users do: the machinery compiles once
+  # (src/ckpt.cpp) instead of in every test file. The single-header build above, the
+  # fuzz binary and the pkg-config consumer test cover header-only mode.
+  set(CKPT_DEV_LIBRARY ckpt::ckpt)
 endif()
 
 set(CKPT_SANITIZE_FLAGS "")
@@ -39,8 +39,8 @@ function(ckpt_target_options target)
     CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
 endfunction()
 
-if(TARGET ckpt_compiled AND NOT CKPT_USE_SINGLE_INCLUDE)
-  ckpt_target_options(ckpt_compiled)
+if(TARGET ckpt AND NOT CKPT_USE_SINGLE_INCLUDE)
+  ckpt_target_options(ckpt)
 endif()
 
 # Benchmarks are built with CKPT_BENCH_OPT (-O2 whatever the build type: their figures

@@ -1,3 +1,3 @@
 // The compiled part of ckpt for CKPT_SEPARATE_COMPILATION builds (the CMake target
-// ckpt::compiled): everything the headers declare with CKPT_API, compiled once.
+// ckpt::ckpt, libckpt.a): everything the headers declare with CKPT_API, compiled once.
 #include <ckpt/src.hpp>

@@ -1,6 +1,6 @@
 // ckpt/src.hpp — the one translation unit of a program built with CKPT_SEPARATE_COMPILATION.
 //
-// Include it in exactly one .cpp file (the CMake target ckpt::compiled does), with
+// Include it in exactly one .cpp file (src/ckpt.cpp, libckpt.a of the CMake target ckpt::ckpt, does), with
 // CKPT_SEPARATE_COMPILATION defined for that file and every other file of the program:
 // it compiles once what header-only mode compiles in every unit (see
 // detail/compile_mode.hpp).

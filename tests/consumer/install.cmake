@@ -1,4 +1,4 @@
-# cmake -DCKPT_BINARY_DIR=<ckpt build> -DPREFIX=<dir> -P install.cmake
+# cmake -DCKPT_BINARY_DIR=<ckpt build> -DPREFIX=<dir> -DLIBDIR=<lib dir> -P install.cmake
 # Installs ckpt from its build tree into a fresh PREFIX.
 file(REMOVE_RECURSE "${PREFIX}")
 execute_process(COMMAND "${CMAKE_COMMAND}" --install "${CKPT_BINARY_DIR}" --prefix "${PREFIX}"
@@ -6,9 +6,11 @@ execute_process(COMMAND "${CMAKE_COMMAND}" --install "${CKPT_BINARY_DIR}" --pref
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake --install ${CKPT_BINARY_DIR} --prefix ${PREFIX} failed: ${rc}")
 endif()
-foreach(f include/ckpt/ckpt.hpp share/cmake/ckpt/ckptConfig.cmake
-          share/cmake/ckpt/ckptConfigVersion.cmake share/cmake/ckpt/ckptTargets.cmake
-          share/cmake/ckpt/ckptDependencies.cmake share/pkgconfig/ckpt.pc)
+# (lib/: CKPT_INSTALL_LIBDIR of the build, as GNUInstallDirs chose it)
+foreach(f include/ckpt/ckpt.hpp ${LIBDIR}/libckpt.a ${LIBDIR}/cmake/ckpt/ckptConfig.cmake
+          ${LIBDIR}/cmake/ckpt/ckptConfigVersion.cmake ${LIBDIR}/cmake/ckpt/ckptTargets.cmake
+          ${LIBDIR}/cmake/ckpt/ckptDependencies.cmake ${LIBDIR}/pkgconfig/ckpt.pc
+          ${LIBDIR}/pkgconfig/ckpt-header-only.pc)
   if(NOT EXISTS "${PREFIX}/${f}")
     message(FATAL_ERROR "not installed: ${PREFIX}/${f}")
   endif()

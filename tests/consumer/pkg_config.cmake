@@ -1,9 +1,10 @@
-# cmake -DPREFIX=<install prefix> -DCXX=<compiler> -DSOURCE=<main.cpp> -DWORK_DIR=<dir> -P pkg_config.cmake
-# Builds the consumer with nothing but `pkg-config --cflags --libs ckpt`, then runs it.
+# cmake -DPREFIX=<install prefix> -DLIBDIR=<lib dir> -DCXX=<compiler> -DSOURCE=<main.cpp> -DWORK_DIR=<dir> -P pkg_config.cmake
+# Builds the consumer with nothing but `pkg-config --cflags --libs ckpt` (the compiled
+# part linked), then with `ckpt-header-only` (the headers alone), and runs both.
 find_program(PKG_CONFIG pkg-config REQUIRED)
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
-set(ENV{PKG_CONFIG_PATH} "${PREFIX}/share/pkgconfig")
+set(ENV{PKG_CONFIG_PATH} "${PREFIX}/${LIBDIR}/pkgconfig")
 
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
@@ -15,9 +16,11 @@ function(run)
   set(out "${out}" PARENT_SCOPE)
 endfunction()
 
-run("${PKG_CONFIG}" --cflags ckpt)
-separate_arguments(cflags UNIX_COMMAND "${out}")
-run("${PKG_CONFIG}" --libs ckpt)
-separate_arguments(libs UNIX_COMMAND "${out}")
-run("${CXX}" -std=c++20 -O0 -Wall -Wextra -Werror ${cflags} "${SOURCE}" -o "${WORK_DIR}/consumer" ${libs})
-run("${WORK_DIR}/consumer" "${WORK_DIR}/run")
+foreach(pkg ckpt ckpt-header-only)
+  run("${PKG_CONFIG}" --cflags ${pkg})
+  separate_arguments(cflags UNIX_COMMAND "${out}")
+  run("${PKG_CONFIG}" --libs ${pkg})
+  separate_arguments(libs UNIX_COMMAND "${out}")
+  run("${CXX}" -std=c++20 -O0 -Wall -Wextra -Werror ${cflags} "${SOURCE}" -o "${WORK_DIR}/consumer-${pkg}" ${libs})
+  run("${WORK_DIR}/consumer-${pkg}" "${WORK_DIR}/run-${pkg}")
+endforeach()
