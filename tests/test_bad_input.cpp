@@ -1316,23 +1316,33 @@ TEST_CASE("regression: a killed plain save's staging directory is collected by t
       if (e.path().filename().string().rfind(".tmp-" + name + "-", 0) == 0) ++n;
     return n;
   };
-  // Kill saves until one leaves its staging directory behind.
+  // Kill saves until one leaves its staging directory behind. The child says when its
+  // first save starts, so that a slow or loaded machine (ASan at -O0 beside other
+  // builds) does not make every kill land before any save began.
   std::mt19937 rng(13);
   for (int attempt = 0; attempt < 40 && leftovers("target") == 0; ++attempt) {
+    int started[2];
+    REQUIRE(::pipe(started) == 0);
     std::fflush(nullptr);
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
+      ::close(started[0]);
       try {
         for (std::int64_t round = 1;; ++round) {
           fill_round(state, round);
+          if (round == 1 && ::write(started[1], "s", 1) != 1) ::_exit(4);
           ckpt::save(target, state, {.force = true});
         }
       } catch (...) {
       }
       ::_exit(3);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(30 + rng() % 150));
+    ::close(started[1]);
+    char c;
+    while (::read(started[0], &c, 1) < 0 && errno == EINTR) {}
+    ::close(started[0]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 60));
     ::kill(pid, SIGKILL);
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}

@@ -153,7 +153,7 @@ class BundleReader final : public IndexReader {
     if (s.string) {
       if (verify && !s.string_crc_ok) fail("crc32c mismatch in " + s.shard + " (the data is corrupt)");
       if (dst.size() != s.string->size()) fail("size mismatch");
-      std::memcpy(dst.data(), s.string->data(), dst.size());
+      if (!dst.empty()) std::memcpy(dst.data(), s.string->data(), dst.size());  // an empty string: no pointer
       return;
     }
     const fs::path file = dir_ / s.shard;
