@@ -12,6 +12,12 @@ namespace {
 
 using test::TempDir;
 
+// A data-iterator position, saved as a per-rank item.
+struct Position {
+  std::int64_t shard = 0;
+  std::vector<std::int64_t> offsets;
+};
+
 struct ShardedState {
   std::int64_t step = 0;
   ckpt::Sharded<xt::xtensor<float, 2>> w;
@@ -414,6 +420,44 @@ TEST_CASE("mpi np2: the manager across ranks: same steps everywhere, retention b
   CHECK(s.step == 3);
   const auto [c0, nc] = split(16, 2, static_cast<std::size_t>(world.rank()));
   CHECK(s.w.local == box(64, 16, 0, 64, c0, nc).local);
+}
+
+TEST_CASE("mpi np2: items across ranks: each rank's own, a shared one written once, any rank reads any") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  const std::string own = "dataset-" + std::to_string(world.rank());
+  {
+    ckpt::mpi::CheckpointManager<ShardedState, ckpt::async_save> mgr(world, dir / "run");
+    ShardedState s = rows_of(8, 4, world.rank(), 2);
+    ckpt::SaveArgs args;
+    args.items.emplace(own, ckpt::tree_item(Position{world.rank(), {10 * world.rank(), 7}}));  // a temporary: copied
+    args.items.emplace("config", ckpt::json_item({{"lr", 0.5}}));
+    CHECK(mgr.save(1, s, {}, std::move(args)));
+    mgr.wait_until_finished();
+    CHECK(mgr.item_names(1) == std::vector<std::string>{"config", "dataset-0", "dataset-1"});
+    const auto other = mgr.restore_item<Position>(1, "dataset-" + std::to_string(1 - world.rank()));
+    CHECK(other.shard == 1 - world.rank());
+    CHECK(other.offsets == std::vector<std::int64_t>{10 * (1 - world.rank()), 7});
+    CHECK(mgr.item_json(1, "config").at("lr") == 0.5);
+    CHECK_THROWS_WITH_AS(mgr.item_json(1, own), doctest::Contains("is a tree item, not a json item"), ckpt::Error);
+    // one kind per name on every rank: the same error everywhere, nothing saved
+    ckpt::SaveArgs clash;
+    if (world.rank() == 0) clash.items.emplace("x", ckpt::json_item(1));
+    else clash.items.emplace("x", ckpt::tree_item(Position{}));
+    CHECK_THROWS_WITH_AS(mgr.save(2, s, {}, std::move(clash)),
+                         doctest::Contains("\"x\" is a json item on rank 0 and a tree item on rank 1"), ckpt::Error);
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{1});
+  }
+  world.barrier();
+  if (world.rank() == 0) {  // on disk: each item once, in the committed step
+    CHECK(fs::is_directory(dir / "run/1/items/dataset-0"));
+    CHECK(fs::is_directory(dir / "run/1/items/dataset-1"));
+    CHECK(fs::is_regular_file(dir / "run/1/items/config.json"));
+  }
+  // a restarted job's manager lists them, and a one-process manager reads them too
+  ckpt::mpi::CheckpointManager<ShardedState> again(world, dir / "run");
+  CHECK(again.restore_item<Position>(1, own).shard == world.rank());
+  CHECK(ckpt::CheckpointManager<ShardedState>(dir / "run", {.read_only = true}).item_json(1, "config").at("lr") == 0.5);
 }
 
 TEST_CASE("mpi np2: a SIGTERM on one rank makes every rank save at the same step") {

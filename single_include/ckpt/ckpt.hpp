@@ -6929,6 +6929,7 @@ WriteResult save_staged(const fs::path& dir, const Snapshot& snap, const SaveOpt
 #include <map>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -6966,10 +6967,19 @@ class Item {
   nlohmann::json json_;
 };
 
-// A value of any type ckpt can save, stored as a checkpoint of its own.
+// A value of any type ckpt can save, stored as a checkpoint of its own. An lvalue is
+// borrowed until the save copies it (as the state is); a temporary is copied now, since
+// it is gone before the save.
 template <class T>
 Item tree_item(const T& value) {
   return Item::tree(value);
+}
+template <class T>
+  requires(!std::is_lvalue_reference_v<T>)
+Item tree_item(T&& value) {
+  Item i = Item::tree(value);
+  i.make_owned();
+  return i;
 }
 // A JSON value, stored as a .json file.
 inline Item json_item(nlohmann::json value) { return Item::json(std::move(value)); }
@@ -7000,6 +7010,27 @@ inline void check_item_name(const std::filesystem::path& where, std::string_view
 }
 
 inline std::string_view kind_name(Item::kind k) { return k == Item::kind::tree ? "tree" : "json"; }
+
+// Where item `name` of kind `kind` is in the step directory `dir`, whose metadata lists
+// `items` (name -> "tree" | "json"): an Error when the name is invalid, was not saved
+// or is of the other kind; with check_links (local steps: object stores have no links),
+// a CorruptCheckpointError when items/ or the item's directory is a symbolic link.
+inline std::filesystem::path item_path(const std::filesystem::path& dir, const std::map<std::string, std::string>& items,
+                                       std::string_view name, Item::kind kind, bool check_links) {
+  check_item_name(dir, name);
+  const auto it = items.find(std::string(name));
+  const std::string want(kind_name(kind));
+  if (it == items.end()) throw Error(dir.string(), "", "no item \"" + std::string(name) + "\" saved with this step");
+  if (it->second != want)
+    throw Error(dir.string(), "", "item \"" + std::string(name) + "\" is a " + it->second + " item, not a " + want + " item");
+  const auto base = dir / items_dir;
+  const auto rel = kind == Item::kind::tree ? std::filesystem::path(items_dir) / std::string(name)
+                                            : std::filesystem::path(items_dir);
+  // items/ and a tree item's directory belong to the step
+  if (check_links && io::has_symlink_below(dir, rel))
+    throw CorruptCheckpointError(dir.string(), "", "item \"" + std::string(name) + "\" is missing or a symbolic link");
+  return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
+}
 
 // Writes every item into <step_dir>/items/, durably; step_dir is still a staging directory.
 template <class Format>
@@ -9088,22 +9119,7 @@ class CheckpointManager {
 
   std::filesystem::path item_dir(std::int64_t step, std::string_view name, Item::kind kind) {
     const auto dir = dir_to_read(step);
-    detail::manager::check_item_name(dir, name);
-    const auto i = info(step);
-    const auto it = i.items.find(std::string(name));
-    const std::string want(detail::manager::kind_name(kind));
-    if (it == i.items.end())
-      throw Error(dir.string(), "", "no item \"" + std::string(name) + "\" saved with this step");
-    if (it->second != want)
-      throw Error(dir.string(), "", "item \"" + std::string(name) + "\" is a " + it->second + " item, not a " + want +
-                                        " item");
-    const auto base = dir / detail::manager::items_dir;
-    const auto rel = kind == Item::kind::tree ? std::filesystem::path(detail::manager::items_dir) / std::string(name)
-                                              : std::filesystem::path(detail::manager::items_dir);
-    // items/ and a tree item's directory belong to the step (object stores have no links)
-    if (!store_ && io::has_symlink_below(dir, rel))
-      throw CorruptCheckpointError(dir.string(), "", "item \"" + std::string(name) + "\" is missing or a symbolic link");
-    return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
+    return detail::manager::item_path(dir, info(step).items, name, kind, !store_);
   }
 
   // The save itself: on the caller's thread (sync_save) or the background one (async_save).
@@ -14109,7 +14125,7 @@ class BundleReader final : public IndexReader {
     if (s.string) {
       if (verify && !s.string_crc_ok) fail("crc32c mismatch in " + s.shard + " (the data is corrupt)");
       if (dst.size() != s.string->size()) fail("size mismatch");
-      std::memcpy(dst.data(), s.string->data(), dst.size());
+      if (!dst.empty()) std::memcpy(dst.data(), s.string->data(), dst.size());  // an empty string: no pointer
       return;
     }
     const fs::path file = dir_ / s.shard;

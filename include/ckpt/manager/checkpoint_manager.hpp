@@ -369,22 +369,7 @@ class CheckpointManager {
 
   std::filesystem::path item_dir(std::int64_t step, std::string_view name, Item::kind kind) {
     const auto dir = dir_to_read(step);
-    detail::manager::check_item_name(dir, name);
-    const auto i = info(step);
-    const auto it = i.items.find(std::string(name));
-    const std::string want(detail::manager::kind_name(kind));
-    if (it == i.items.end())
-      throw Error(dir.string(), "", "no item \"" + std::string(name) + "\" saved with this step");
-    if (it->second != want)
-      throw Error(dir.string(), "", "item \"" + std::string(name) + "\" is a " + it->second + " item, not a " + want +
-                                        " item");
-    const auto base = dir / detail::manager::items_dir;
-    const auto rel = kind == Item::kind::tree ? std::filesystem::path(detail::manager::items_dir) / std::string(name)
-                                              : std::filesystem::path(detail::manager::items_dir);
-    // items/ and a tree item's directory belong to the step (object stores have no links)
-    if (!store_ && io::has_symlink_below(dir, rel))
-      throw CorruptCheckpointError(dir.string(), "", "item \"" + std::string(name) + "\" is missing or a symbolic link");
-    return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
+    return detail::manager::item_path(dir, info(step).items, name, kind, !store_);
   }
 
   // The save itself: on the caller's thread (sync_save) or the background one (async_save).

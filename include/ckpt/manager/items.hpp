@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -58,10 +59,19 @@ class Item {
   nlohmann::json json_;
 };
 
-// A value of any type ckpt can save, stored as a checkpoint of its own.
+// A value of any type ckpt can save, stored as a checkpoint of its own. An lvalue is
+// borrowed until the save copies it (as the state is); a temporary is copied now, since
+// it is gone before the save.
 template <class T>
 Item tree_item(const T& value) {
   return Item::tree(value);
+}
+template <class T>
+  requires(!std::is_lvalue_reference_v<T>)
+Item tree_item(T&& value) {
+  Item i = Item::tree(value);
+  i.make_owned();
+  return i;
 }
 // A JSON value, stored as a .json file.
 inline Item json_item(nlohmann::json value) { return Item::json(std::move(value)); }
@@ -92,6 +102,27 @@ inline void check_item_name(const std::filesystem::path& where, std::string_view
 }
 
 inline std::string_view kind_name(Item::kind k) { return k == Item::kind::tree ? "tree" : "json"; }
+
+// Where item `name` of kind `kind` is in the step directory `dir`, whose metadata lists
+// `items` (name -> "tree" | "json"): an Error when the name is invalid, was not saved
+// or is of the other kind; with check_links (local steps: object stores have no links),
+// a CorruptCheckpointError when items/ or the item's directory is a symbolic link.
+inline std::filesystem::path item_path(const std::filesystem::path& dir, const std::map<std::string, std::string>& items,
+                                       std::string_view name, Item::kind kind, bool check_links) {
+  check_item_name(dir, name);
+  const auto it = items.find(std::string(name));
+  const std::string want(kind_name(kind));
+  if (it == items.end()) throw Error(dir.string(), "", "no item \"" + std::string(name) + "\" saved with this step");
+  if (it->second != want)
+    throw Error(dir.string(), "", "item \"" + std::string(name) + "\" is a " + it->second + " item, not a " + want + " item");
+  const auto base = dir / items_dir;
+  const auto rel = kind == Item::kind::tree ? std::filesystem::path(items_dir) / std::string(name)
+                                            : std::filesystem::path(items_dir);
+  // items/ and a tree item's directory belong to the step
+  if (check_links && io::has_symlink_below(dir, rel))
+    throw CorruptCheckpointError(dir.string(), "", "item \"" + std::string(name) + "\" is missing or a symbolic link");
+  return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
+}
 
 // Writes every item into <step_dir>/items/, durably; step_dir is still a staging directory.
 template <class Format>

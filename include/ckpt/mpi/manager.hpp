@@ -13,7 +13,12 @@
 // run ckpt::mpi::save on a duplicate of the communicator (MPI_THREAD_MULTIPLE needed),
 // committing once every rank's bytes are durable. A SIGTERM on any rank makes
 // reached_preemption (and so should_save) true on every rank at the same step.
-// Items (SaveArgs::items) are not supported across ranks yet.
+//
+// Items (SaveArgs::items): each rank passes its own, and each rank writes the ones only
+// it has into the step's items/, before the commit; an item several ranks pass (a
+// config, the same everywhere) is written once, by the lowest of them. So a per-rank
+// data-iterator position is an item named for its rank ("dataset-3"). Any rank reads
+// any item back (restore_item, item_json: not collective).
 #pragma once
 
 #include <chrono>
@@ -101,8 +106,6 @@ class CheckpointManager {
     executor_.rethrow_if_failed();
     if (options_.read_only) return false;
     if (step < 0) throw Error(root_.string(), "", "step must be >= 0, not " + std::to_string(step));
-    if (!args.items.empty())
-      throw Error(step_directory(step).string(), "", "ckpt::mpi::CheckpointManager does not save items yet");
     if (!args.force) {
       if (has_step_or_pending(step))
         throw StepExistsError(step_directory(step).string(), "",
@@ -123,6 +126,7 @@ class CheckpointManager {
     for (auto& [name, value] : metrics)
       if (std::isfinite(value)) job->metadata.metrics.emplace(name, value);
     job->metadata.custom_metadata = std::move(args.custom_metadata);
+    assign_items(*job, std::move(args.items));
     {
       std::lock_guard lock(mu_);
       pending_ = step;
@@ -167,6 +171,33 @@ class CheckpointManager {
   Metrics metrics(std::int64_t step) const { return info(step).metrics; }
   nlohmann::json custom_metadata(std::int64_t step) const { return info(step).custom_metadata; }
 
+  // Names of the items saved with the step, by every rank.
+  std::vector<std::string> item_names(std::int64_t step) const {
+    std::vector<std::string> out;
+    for (const auto& [name, kind] : info(step).items) out.push_back(name);
+    return out;
+  }
+  // An item saved with the step, by whichever rank: not collective (ckpt::restore of its
+  // directory), so a rank may read its own item or another's.
+  template <class T>
+  T restore_item(std::int64_t step, std::string_view name, const RestoreOptions& opts = {}) {
+    return ckpt::restore<T>(item_dir(step, name, Item::kind::tree), opts);
+  }
+  template <class T>
+  void restore_item_into(std::int64_t step, std::string_view name, T& value, const RestoreOptions& opts = {}) {
+    ckpt::restore_into(item_dir(step, name, Item::kind::tree), value, opts);
+  }
+  nlohmann::json item_json(std::int64_t step, std::string_view name) {
+    const auto file = item_dir(step, name, Item::kind::json);
+    std::vector<std::byte> bytes;
+    try {
+      bytes = io::read_file(file, std::uint64_t{1} << 30);
+    } catch (const Error& e) {
+      throw CorruptCheckpointError(file.string(), "", std::string("item cannot be read: ") + e.what());
+    }
+    return ckpt::detail::parse_json(bytes, file.string(), "", "item");
+  }
+
   // Collective: the step's saved layout (ckpt::mpi::restore<State>; same process count).
   State restore(std::optional<std::int64_t> step = {}, const RestoreOptions& opts = {}) {
     return mpi::restore<State>(comm_, dir_to_read(step), opts);
@@ -209,7 +240,42 @@ class CheckpointManager {
     bool force = false;
     Snapshot snapshot;
     ckpt::detail::manager::StepMetadata metadata;
+    Items items;  // the ones this rank writes
   };
+
+  // Collective: learns every rank's item names and kinds; keeps in job.items those this
+  // rank is the lowest to pass, and lists all of them in the step metadata. An item
+  // passed by several ranks with different kinds is an error, the same on every rank.
+  void assign_items(Job& job, Items items) {
+    const std::string where = step_directory(job.step).string();
+    std::string mine;
+    for (const auto& [name, item] : items) {
+      ckpt::detail::manager::check_item_name(where, name);  // the same names are checked on every rank below
+      mine += name + '\t' + std::string(ckpt::detail::manager::kind_name(item.type())) + '\n';
+    }
+    const auto all = comm_.allgather(std::as_bytes(std::span(mine)));
+    std::map<std::string, std::pair<std::string, int>> first;  // name -> kind, lowest rank
+    for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+      const std::string text(reinterpret_cast<const char*>(all[static_cast<std::size_t>(r)].data()),
+                             all[static_cast<std::size_t>(r)].size());
+      for (std::size_t at = 0; at < text.size();) {
+        const std::size_t tab = text.find('\t', at), nl = text.find('\n', at);
+        if (tab == std::string::npos || nl == std::string::npos || tab > nl) break;
+        const std::string name = text.substr(at, tab - at), kind = text.substr(tab + 1, nl - tab - 1);
+        const auto [it, fresh] = first.emplace(name, std::pair(kind, r));
+        if (!fresh && it->second.first != kind)
+          throw Error(where, "", "item \"" + name + "\" is a " + it->second.first + " item on rank " +
+                                     std::to_string(it->second.second) + " and a " + kind + " item on rank " + std::to_string(r));
+        at = nl + 1;
+      }
+    }
+    for (const auto& [name, kind_rank] : first) job.metadata.items[name] = kind_rank.first;
+    for (auto& [name, item] : items)
+      if (first.at(name).second == comm_.rank()) {
+        if constexpr (executor_policy_type::copies_state) item.make_owned();
+        job.items.emplace(name, std::move(item));
+      }
+  }
 
   // Rank 0 scans the root; every rank takes its list (as JSON: small, and the manager has it).
   void scan() {
@@ -224,7 +290,8 @@ class CheckpointManager {
                      {"name", i.name},
                      {"time", std::chrono::duration_cast<std::chrono::nanoseconds>(i.time.time_since_epoch()).count()},
                      {"metrics", m},
-                     {"custom", i.custom_metadata}});
+                     {"custom", i.custom_metadata},
+                     {"items", i.items}});
       }
       text = j.dump();
     });
@@ -238,6 +305,7 @@ class CheckpointManager {
       const nlohmann::json& m = s["metrics"];
       for (auto it = m.begin(); it != m.end(); ++it) i.metrics[it.key()] = it.value().template get<double>();
       i.custom_metadata = s["custom"];
+      i.items = s["items"].get<std::map<std::string, std::string>>();
       steps.emplace(s["step"].get<std::int64_t>(), std::move(i));
     }
     std::lock_guard lock(mu_);
@@ -251,6 +319,10 @@ class CheckpointManager {
   ckpt::detail::manager::StepInfo info(std::int64_t step) const {
     std::lock_guard lock(mu_);
     return ckpt::detail::manager::step_info(steps_, step, root_);
+  }
+  std::filesystem::path item_dir(std::int64_t step, std::string_view name, Item::kind kind) {
+    const auto dir = dir_to_read(step);
+    return ckpt::detail::manager::item_path(dir, info(step).items, name, kind, true);
   }
   std::vector<retain::StepRecord> records() const {
     std::lock_guard lock(mu_);
@@ -269,10 +341,15 @@ class CheckpointManager {
     try {
       SaveOptions opts = options_.save_options;
       opts.force = job.force;
-      detail::save_snapshot(comm, root_ / name, job.snapshot, opts, [&](const std::filesystem::path& staging) {
-        job.metadata.commit_timestamp_nsecs = ckpt::detail::manager::now_nsecs();
-        ckpt::detail::manager::write_step_metadata(staging, job.metadata);
-      });
+      detail::save_snapshot(
+          comm, root_ / name, job.snapshot, opts,
+          [&](const std::filesystem::path& staging) {
+            job.metadata.commit_timestamp_nsecs = ckpt::detail::manager::now_nsecs();
+            ckpt::detail::manager::write_step_metadata(staging, job.metadata);
+          },
+          [&](const std::filesystem::path& staging) {
+            ckpt::detail::manager::write_items<native>(staging, job.items, opts);
+          });
     } catch (...) {
       std::lock_guard lock(mu_);
       pending_.reset();
@@ -285,6 +362,7 @@ class CheckpointManager {
       i.time = job.metadata.init_time();
       i.metrics = job.metadata.metrics;
       i.custom_metadata = job.metadata.custom_metadata;
+      i.items = job.metadata.items;
       steps_[job.step] = std::move(i);
       pending_.reset();
     }

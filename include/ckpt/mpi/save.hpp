@@ -243,9 +243,11 @@ inline std::vector<std::uint64_t> write_jobs(const fs::path& staging, int rank, 
 using BeforeCommit = std::function<void(const fs::path& staging)>;
 
 // The collective save of a snapshot every rank has taken (see the top of this file).
-// before_commit runs on rank 0 only, in the staging directory, before the commit.
+// in_staging runs on every rank once its data file is durable, in the staging directory
+// (each rank's failure there fails the save on every rank, as a data file's would);
+// before_commit runs on rank 0 only, after the manifest, before the commit.
 inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot& snap, const SaveOptions& opts,
-                          const BeforeCommit& before_commit = nullptr) {
+                          const BeforeCommit& before_commit = nullptr, const BeforeCommit& in_staging = nullptr) {
   const std::string name = dir.string();
   // 1. Check this rank's boxes, describe its leaves, learn everyone's.
   std::string err;
@@ -276,7 +278,10 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
 
   // 3. Every rank writes and fsyncs its file; all agree it went well.
   std::vector<std::uint64_t> sums;
-  comm.run(name, [&] { sums = write_jobs(tmp, comm.rank(), snap, plan.jobs[static_cast<std::size_t>(comm.rank())]); });
+  comm.run(name, [&] {
+    sums = write_jobs(tmp, comm.rank(), snap, plan.jobs[static_cast<std::size_t>(comm.rank())]);
+    if (in_staging) in_staging(tmp);
+  });
   const auto gathered = comm.allgather(std::as_bytes(std::span(sums)));
 
   // 4. Rank 0 writes the manifest and the commit marker, and publishes.
