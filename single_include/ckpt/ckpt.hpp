@@ -6931,6 +6931,7 @@ WriteResult save_staged(const fs::path& dir, const Snapshot& snap, const SaveOpt
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -7030,6 +7031,19 @@ inline std::filesystem::path item_path(const std::filesystem::path& dir, const s
   if (check_links && io::has_symlink_below(dir, rel))
     throw CorruptCheckpointError(dir.string(), "", "item \"" + std::string(name) + "\" is missing or a symbolic link");
   return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
+}
+
+// A JSON item's value: `read` fetches the bytes of its file (a local read, or an object
+// store's GET); a failure to read or parse is a CorruptCheckpointError naming the file.
+template <class Read>
+nlohmann::json read_item_json(const std::filesystem::path& file, Read&& read) {
+  std::vector<std::byte> bytes;
+  try {
+    bytes = read(file);
+  } catch (const Error& e) {
+    throw CorruptCheckpointError(file.string(), "", std::string("item cannot be read: ") + e.what());
+  }
+  return ckpt::detail::parse_json(bytes, file.string(), "", "item");
 }
 
 // Writes every item into <step_dir>/items/, durably; step_dir is still a staging directory.
@@ -9031,15 +9045,9 @@ class CheckpointManager {
   }
   // A JSON item saved with the step.
   nlohmann::json item_json(std::int64_t step, std::string_view name) {
-    const auto file = item_dir(step, name, Item::kind::json);
-    std::vector<std::byte> bytes;
-    try {
-      bytes = store_ ? read_object(file) : io::read_file(file, std::uint64_t{1} << 30);
-    } catch (const Error& e) {
-      throw CorruptCheckpointError(file.string(), "", std::string("item cannot be read: ") + e.what());
-    }
-    return ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, file.string(), "",
-                                    "item");
+    return detail::manager::read_item_json(item_dir(step, name, Item::kind::json), [&](const std::filesystem::path& f) {
+      return store_ ? read_object(f) : io::read_file(f, std::uint64_t{1} << 30);
+    });
   }
 
   // Deletes a step (moved to todelete_subdir when set), even the latest.

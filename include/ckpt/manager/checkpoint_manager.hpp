@@ -281,15 +281,9 @@ class CheckpointManager {
   }
   // A JSON item saved with the step.
   nlohmann::json item_json(std::int64_t step, std::string_view name) {
-    const auto file = item_dir(step, name, Item::kind::json);
-    std::vector<std::byte> bytes;
-    try {
-      bytes = store_ ? read_object(file) : io::read_file(file, std::uint64_t{1} << 30);
-    } catch (const Error& e) {
-      throw CorruptCheckpointError(file.string(), "", std::string("item cannot be read: ") + e.what());
-    }
-    return ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, file.string(), "",
-                                    "item");
+    return detail::manager::read_item_json(item_dir(step, name, Item::kind::json), [&](const std::filesystem::path& f) {
+      return store_ ? read_object(f) : io::read_file(f, std::uint64_t{1} << 30);
+    });
   }
 
   // Deletes a step (moved to todelete_subdir when set), even the latest.

@@ -18,9 +18,11 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <ckpt/detail/untrusted.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/options.hpp>
@@ -122,6 +124,19 @@ inline std::filesystem::path item_path(const std::filesystem::path& dir, const s
   if (check_links && io::has_symlink_below(dir, rel))
     throw CorruptCheckpointError(dir.string(), "", "item \"" + std::string(name) + "\" is missing or a symbolic link");
   return kind == Item::kind::tree ? base / std::string(name) : base / (std::string(name) + ".json");
+}
+
+// A JSON item's value: `read` fetches the bytes of its file (a local read, or an object
+// store's GET); a failure to read or parse is a CorruptCheckpointError naming the file.
+template <class Read>
+nlohmann::json read_item_json(const std::filesystem::path& file, Read&& read) {
+  std::vector<std::byte> bytes;
+  try {
+    bytes = read(file);
+  } catch (const Error& e) {
+    throw CorruptCheckpointError(file.string(), "", std::string("item cannot be read: ") + e.what());
+  }
+  return ckpt::detail::parse_json(bytes, file.string(), "", "item");
 }
 
 // Writes every item into <step_dir>/items/, durably; step_dir is still a staging directory.

@@ -188,14 +188,9 @@ class CheckpointManager {
     ckpt::restore_into(item_dir(step, name, Item::kind::tree), value, opts);
   }
   nlohmann::json item_json(std::int64_t step, std::string_view name) {
-    const auto file = item_dir(step, name, Item::kind::json);
-    std::vector<std::byte> bytes;
-    try {
-      bytes = io::read_file(file, std::uint64_t{1} << 30);
-    } catch (const Error& e) {
-      throw CorruptCheckpointError(file.string(), "", std::string("item cannot be read: ") + e.what());
-    }
-    return ckpt::detail::parse_json(bytes, file.string(), "", "item");
+    return ckpt::detail::manager::read_item_json(item_dir(step, name, Item::kind::json), [](const std::filesystem::path& f) {
+      return io::read_file(f, std::uint64_t{1} << 30);
+    });
   }
 
   // Collective: the step's saved layout (ckpt::mpi::restore<State>; same process count).
