@@ -446,6 +446,10 @@ TEST_CASE("mpi np2: items across ranks: each rank's own, a shared one written on
     else clash.items.emplace("x", ckpt::tree_item(Position{}));
     CHECK_THROWS_WITH_AS(mgr.save(2, s, {}, std::move(clash)),
                          doctest::Contains("\"x\" is a json item on rank 0 and a tree item on rank 1"), ckpt::Error);
+    // an invalid name on one rank: every rank hears it (none waits forever in the gather)
+    ckpt::SaveArgs hidden;
+    if (world.rank() == 1) hidden.items.emplace(".hidden", ckpt::json_item(1));
+    CHECK_THROWS_WITH_AS(mgr.save(2, s, {}, std::move(hidden)), doctest::Contains("invalid item name"), ckpt::Error);
     CHECK(mgr.all_steps() == std::vector<std::int64_t>{1});
   }
   world.barrier();

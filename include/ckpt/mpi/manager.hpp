@@ -244,10 +244,13 @@ class CheckpointManager {
   void assign_items(Job& job, Items items) {
     const std::string where = step_directory(job.step).string();
     std::string mine;
-    for (const auto& [name, item] : items) {
-      ckpt::detail::manager::check_item_name(where, name);  // the same names are checked on every rank below
+    // An invalid name on one rank fails every rank here, before the gather below (a
+    // rank that threw alone would leave the others waiting in it).
+    comm_.run(where, [&] {
+      for (const auto& [name, item] : items) ckpt::detail::manager::check_item_name(where, name);
+    });
+    for (const auto& [name, item] : items)
       mine += name + '\t' + std::string(ckpt::detail::manager::kind_name(item.type())) + '\n';
-    }
     const auto all = comm_.allgather(std::as_bytes(std::span(mine)));
     std::map<std::string, std::pair<std::string, int>> first;  // name -> kind, lowest rank
     for (int r = 0; r < static_cast<int>(all.size()); ++r) {
