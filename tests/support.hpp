@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -125,4 +126,60 @@ inline std::string describe(const ckpt::Tree& t) {
   return s;
 }
 
+// A leaf's bytes made up as they are asked for, checkable piece by piece: tests of
+// leaves larger than a memory budget never hold one. Word w (8 bytes) is a mix of w and
+// the seed.
+class PatternStream final : public ckpt::LeafStream {
+ public:
+  PatternStream(std::uint64_t bytes, std::uint64_t seed) : bytes_(bytes), seed_(seed) {}
+  std::uint64_t size() const override { return bytes_; }
+  void read(std::uint64_t offset, std::span<std::byte> dst) const override { fill(seed_, offset, dst); }
+  static std::uint64_t word(std::uint64_t seed, std::uint64_t w) { return (w + seed) * 0x9E3779B97F4A7C15ull ^ (w >> 7); }
+  static void fill(std::uint64_t seed, std::uint64_t offset, std::span<std::byte> dst) {
+    if (offset % 8 == 0 && dst.size() % 8 == 0) {  // whole words (what writers ask for): fast
+      for (std::size_t i = 0; i < dst.size(); i += 8) {
+        const std::uint64_t w = word(seed, (offset + i) / 8);
+        std::memcpy(dst.data() + i, &w, 8);  // little-endian, as the byte loop below
+      }
+      return;
+    }
+    for (std::size_t i = 0; i < dst.size(); ++i) {
+      const std::uint64_t at = offset + i;
+      dst[i] = static_cast<std::byte>(word(seed, at / 8) >> (8 * (at % 8)));
+    }
+  }
+  // Whether bytes [offset, offset + b.size()) hold the pattern.
+  static bool matches(std::uint64_t seed, std::uint64_t offset, std::span<const std::byte> b) {
+    std::vector<std::byte> want(b.size());
+    fill(seed, offset, want);
+    return std::equal(b.begin(), b.end(), want.begin());
+  }
+
+ private:
+  std::uint64_t bytes_, seed_;
+};
+
+// This process's resident-set high-water mark (VmHWM), in bytes; reset_peak_rss()
+// starts a new one from the current resident set (Linux's clear_refs "5").
+inline std::uint64_t status_kib(const char* field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(std::string(field).size()));
+  return 0;
+}
+inline std::uint64_t peak_rss_bytes() { return status_kib("VmHWM:") * 1024; }
+inline std::uint64_t rss_bytes() { return status_kib("VmRSS:") * 1024; }
+inline void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
 }  // namespace test
+
+// Sanitizers' shadow memory and quarantines make resident-set and address-space figures
+// meaningless: tests that measure them run their cases without those checks.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CKPT_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define CKPT_TEST_SANITIZED 1
+#endif
+#endif

@@ -40,12 +40,8 @@
 
 // RLIMIT_AS cannot bound a sanitizer's process: its shadow memory alone exceeds any
 // useful limit. Those builds still run every case, without the address-space limit.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef CKPT_TEST_SANITIZED
 #define CKPT_TEST_NO_RLIMIT_AS 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define CKPT_TEST_NO_RLIMIT_AS 1
-#endif
 #endif
 
 namespace bad_input {

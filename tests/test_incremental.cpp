@@ -225,6 +225,41 @@ TEST_CASE("progress: save and restore report bytes and leaves, bounded, ending a
   CHECK(seen.back().bytes_total >= (m.embed.size() + m.trunk.size() + m.head.size()) * sizeof(float));
 }
 
+TEST_CASE("progress: the interop writers report and cancel too (safetensors, t5x, Orbax, zarr, Flax)") {
+  test::TempDir tmp;
+  const Model m = make_model(7);
+  // Chunks of 1 MiB (a quarter of max_memory), so that the zarr writers report several times.
+  auto check = [&](const std::string& name, auto save) {
+    CAPTURE(name);
+    std::vector<ckpt::Progress> seen;
+    save(tmp / name, ckpt::SaveOptions{.progress = [&](const ckpt::Progress& p) {
+                                         seen.push_back(p);
+                                         return true;
+                                       },
+                                       .max_memory = 4 << 20});
+    REQUIRE(seen.size() >= 2);
+    CHECK(seen.front().bytes_done == 0);
+    CHECK(seen.back().bytes_done == seen.back().bytes_total);
+    CHECK(seen.back().bytes_total >= (m.embed.size() + m.trunk.size() + m.head.size()) * sizeof(float));
+    CHECK(seen.back().leaves_done == 5);
+    CHECK(seen.back().leaves_total == 5);
+    for (std::size_t i = 1; i < seen.size(); ++i) CHECK(seen[i].bytes_done >= seen[i - 1].bytes_done);
+    CHECK(fs::exists(tmp / name));
+    // Cancelled at the first report of bytes written: no checkpoint, no staging left.
+    const fs::path cancelled = tmp / ("cancelled-" + name);
+    CHECK_THROWS_CKPT(save(cancelled, ckpt::SaveOptions{.progress = [](const ckpt::Progress& p) { return p.bytes_done == 0; }}),
+                      ckpt::CancelledError, "cancelled by the progress callback");
+    CHECK_FALSE(fs::exists(cancelled));
+  };
+  check("safetensors", [&](const fs::path& d, const ckpt::SaveOptions& o) { ckpt::save<ckpt::safetensors>(d, m, o); });
+  check("t5x", [&](const fs::path& d, const ckpt::SaveOptions& o) { ckpt::save<ckpt::t5x>(d, m, o); });
+  check("orbax", [&](const fs::path& d, const ckpt::SaveOptions& o) { ckpt::save<ckpt::orbax>(d, m, o); });
+  check("zarr", [&](const fs::path& d, const ckpt::SaveOptions& o) { ckpt::save<ckpt::zarr_v2>(d, m, o); });
+  check("flax.msgpack", [&](const fs::path& d, const ckpt::SaveOptions& o) { ckpt::save<ckpt::flax_msgpack>(d, m, o); });
+  for (const auto& e : fs::directory_iterator(tmp.path()))  // nor a staging directory (.tmp-cancelled-...) left
+    CHECK(e.path().filename().string().find("cancelled") == std::string::npos);
+}
+
 TEST_CASE("progress: returning false cancels cleanly, leaving no checkpoint") {
   test::TempDir tmp;
   const Model m = make_model(7);

@@ -600,3 +600,38 @@ TEST_CASE("the manager writes Orbax step directories through the format policy")
   CHECK(std::filesystem::exists(tmp / "run" / "2" / "commit_success.txt"));
   CHECK(ckpt::restore<Small>(tmp / "run" / "2").step == 2);
 }
+
+TEST_CASE("saves of t5x, zarr and Orbax cut zarr chunks to a quarter of SaveOptions::max_memory") {
+  test::TempDir tmp;
+  struct S {
+    xt::xtensor<float, 2> w;  // 4096 rows of 1 KiB: 4 MiB
+    std::int64_t step = 0;
+  };
+  S s;
+  s.w = xt::xtensor<float, 2>::from_shape({4096, 256});
+  for (std::size_t i = 0; i < s.w.size(); ++i) s.w.data()[i] = static_cast<float>(i % 977);
+  s.step = 5;
+  const ckpt::SaveOptions budget{.max_memory = 1 << 20};  // chunks of at most 256 KiB: 256 rows
+  ckpt::save<ckpt::t5x>(tmp / "t5x", s, budget);
+  ckpt::save<ckpt::zarr_v2>(tmp / "zarr", s, budget);
+  ckpt::save<ckpt::orbax_without_ocdbt>(tmp / "orbax", s, budget);
+  for (const fs::path& zarray : {tmp / "t5x/w/.zarray", tmp / "zarr/w/.zarray", tmp / "orbax/default/w/.zarray"}) {
+    CAPTURE(zarray);
+    const auto text = test::read_bytes(zarray);
+    const auto j = nlohmann::json::parse(text.begin(), text.end());
+    CHECK(j["chunks"] == nlohmann::json::array({256, 256}));
+  }
+  for (const char* d : {"t5x", "zarr", "orbax"}) {
+    CAPTURE(d);
+    const S back = ckpt::restore<S>(tmp / d);
+    CHECK(back.w == s.w);
+    CHECK(back.step == 5);
+  }
+  // Without a budget, one 64 MiB chunk holds the whole array, as before.
+  ckpt::save<ckpt::t5x>(tmp / "whole", s);
+  const auto text = test::read_bytes(tmp / "whole/w/.zarray");
+  CHECK(nlohmann::json::parse(text.begin(), text.end())["chunks"] == nlohmann::json::array({4096, 256}));
+  // A row larger than the budget's quarter cannot be cut smaller: an Error naming the leaf.
+  CHECK_THROWS_CKPT(ckpt::save<ckpt::t5x>(tmp / "tight", s, {.max_memory = 2048}), ckpt::Error, "w: a zarr chunk");
+  CHECK(!fs::exists(tmp / "tight"));
+}

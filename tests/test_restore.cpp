@@ -271,3 +271,65 @@ TEST_CASE("restoring from a directory that is not a checkpoint names it") {
   CHECK_THROWS_WITH_AS(ckpt::restore<StepOnly>(tmp / "empty"), doctest::Contains("no commit marker"),
                        ckpt::CorruptCheckpointError);
 }
+
+TEST_CASE("restore under max_memory: a leaf cast to another dtype is converted a piece at a time") {
+  test::TempDir tmp;
+  struct Wide {
+    std::vector<double> w;
+    std::int64_t step = 0;
+  };
+  struct Narrow {
+    std::vector<float> w;
+    std::int64_t step = 0;
+  };
+  constexpr std::size_t n = std::size_t{24} << 20;  // 192 MiB of float64: far above the budget
+  constexpr std::uint64_t budget = std::uint64_t{32} << 20;
+  {
+    Wide s;
+    s.w.resize(n);
+    for (std::size_t i = 0; i < n; ++i) s.w[i] = static_cast<double>(i % 4099) * 0.5;
+    s.step = 3;
+    ckpt::save(tmp / "c", s);
+  }
+  Narrow t;
+  t.w.assign(n, -1.0f);  // the target, resident before the restore
+  test::reset_peak_rss();
+  const std::uint64_t before = test::rss_bytes();
+  ckpt::restore_into(tmp / "c", t, {.restore_dtype = ckpt::dtype::float32, .max_memory = budget});
+  const std::uint64_t peak = test::peak_rss_bytes();
+  CHECK(t.step == 3);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) wrong += t.w[i] != static_cast<float>(i % 4099) * 0.5f;
+  CHECK(wrong == 0);
+#ifndef CKPT_TEST_SANITIZED
+  INFO("resident set: " << before << " B before, peak " << peak << " B");
+  CHECK(peak < before + budget);
+#else
+  (void)before, (void)peak;
+#endif
+  // A corrupted piece is found even though the leaf is never held whole.
+  {
+    const auto index = ckpt::open_index(tmp / "c");
+    const ckpt::IndexEntry* e = index->find(ckpt::Path::parse("w"));
+    REQUIRE(e != nullptr);
+    std::fstream f(tmp / "c" / e->file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(e->offset + e->length - 100));
+    f.put('\x55');
+  }
+  CHECK_THROWS_CKPT(ckpt::restore_into(tmp / "c", t, {.restore_dtype = ckpt::dtype::float32, .max_memory = budget}),
+                    ckpt::CorruptCheckpointError, "checksum mismatch in bytes");
+
+  // A format that reads leaves whole (t5x's zarr arrays) refuses a cast that would need
+  // more than the budget, naming the leaf, instead of exceeding it.
+  struct Kernel {
+    xt::xtensor<float, 2> kernel;
+  };
+  Kernel k;
+  const auto fixture = std::filesystem::path(CKPT_FIXTURES_DIR) / "t5x/tiny_t5/checkpoint_1";
+  CHECK_THROWS_CKPT(ckpt::restore_into(fixture, k,
+                                       {.subtree = "state.param_states", .restore_dtype = ckpt::dtype::float32,
+                                        .max_memory = 100}),
+                    ckpt::Error, "more than max_memory");
+  ckpt::restore_into(fixture, k, {.subtree = "state.param_states", .restore_dtype = ckpt::dtype::float32, .max_memory = 4096});
+  CHECK(k.kernel.shape()[0] == 10);
+}

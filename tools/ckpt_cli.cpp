@@ -142,6 +142,7 @@ class Bar {
                  human_bytes(total_).c_str());
   }
   void add(std::uint64_t n) { set(done_ += n); }
+  void set_total(std::uint64_t total) { total_ = total; }
 
  private:
   std::string what_;
@@ -401,29 +402,21 @@ int cmd_diff(const fs::path& a, const fs::path& b, bool as_json) {
   return (added.empty() && removed.empty() && changed.empty()) ? 0 : 1;
 }
 
-int cmd_convert(const fs::path& src, const fs::path& dst, const std::string& to, bool force) {
-  const auto index = open(src);
-  ckpt::Snapshot snap;
-  snap.type_name = index->info().type_name;
-  snap.schema = index->info().schema;
-  snap.fingerprint = index->info().fingerprint;
-  {
-    Bar bar("read ", total_bytes(*index));
-    for (const auto& e : index->entries()) {
-      std::vector<std::byte> b(static_cast<std::size_t>(e.length));
-      index->read(e, b);
-      bar.add(e.length);
-      snap.leaves.push_back({e.path, ckpt::LeafBytes::own(e.type, e.shape, std::move(b))});
-    }
-  }
-  Bar bar("write", snap.total_bytes());
-  const ckpt::SaveOptions o{.force = force, .progress = [&](const ckpt::Progress& p) {
-                              bar.set(p.bytes_done);
-                              return true;
-                            }};
-  ckpt::save_snapshot(*ckpt::find_format(to), dst, snap, o);  // CLI11 checked it is a registered, writable one
-  std::printf("%s (%s) -> %s (%s): %zu leaves\n", src.c_str(), index->info().format.c_str(), dst.c_str(), to.c_str(),
-              snap.leaves.size());
+// Streamed (ckpt::convert): each leaf is read piece by piece as it is written, so that
+// memory stays within max_memory (0: the library's default buffers).
+int cmd_convert(const fs::path& src, const fs::path& dst, const std::string& to, bool force, std::uint64_t max_memory) {
+  const ckpt::FormatEntry* format = ckpt::find_format(to);  // CLI11 checked it is a registered, writable one
+  Bar bar("convert", 0);
+  const ckpt::SaveOptions o{.force = force,
+                            .progress =
+                                [&](const ckpt::Progress& p) {
+                                  bar.set_total(p.bytes_total);
+                                  bar.set(p.bytes_done);
+                                  return true;
+                                },
+                            .max_memory = max_memory};
+  const ckpt::ConvertResult r = ckpt::convert(src, dst, *format, o);
+  std::printf("%s (%s) -> %s (%s): %zu leaves\n", src.c_str(), r.from.c_str(), dst.c_str(), to.c_str(), r.leaves);
   return 0;
 }
 
@@ -457,6 +450,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string a, b, leaf, to;
   bool as_json = false, force = false;
+  std::uint64_t max_memory = 0;
   std::size_t first = 10;
 
   auto* ls = app.add_subcommand("ls", "steps under ROOT with time, size and metrics");
@@ -481,6 +475,9 @@ int main(int argc, char** argv) {
   convert->add_option("DST", b, "where to write")->required();
   convert->add_option("--to", to, join(writable))->required()->check(CLI::IsMember(writable));
   convert->add_flag("--force", force, "overwrite DST");
+  convert->add_option("--max-memory", max_memory,
+                      "memory the conversion may use beyond its metadata, e.g. 128M or 2G (default: 16 MiB buffers)")
+      ->transform(CLI::AsSizeValue(false));
   bool dry_run = false;
   auto* gc = app.add_subcommand("gc", "delete what killed saves left in DIR: .tmp-* directories no save is writing");
   gc->add_option("DIR", a, "a directory checkpoints are saved in")->required();
@@ -502,7 +499,7 @@ int main(int argc, char** argv) {
     if (*show) return cmd_show(a, leaf, as_json, first);
     if (*verify) return cmd_verify(a);
     if (*diff) return cmd_diff(a, b, as_json);
-    if (*convert) return cmd_convert(a, b, to, force);
+    if (*convert) return cmd_convert(a, b, to, force, max_memory);
     if (*gc) return cmd_gc(a, dry_run);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ckpt: %s\n", printable(e.what(), 4000).c_str());

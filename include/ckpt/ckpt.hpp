@@ -47,3 +47,4 @@
 #include <ckpt/format/native.hpp>
 #include <ckpt/save.hpp>
 #include <ckpt/restore.hpp>
+#include <ckpt/convert.hpp>

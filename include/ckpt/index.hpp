@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <new>
@@ -21,7 +22,6 @@
 #if CKPT_DEFINE_API
 #include <algorithm>
 #include <cstring>
-#include <ckpt/io/checksum.hpp>
 #endif
 
 namespace ckpt {
@@ -74,6 +74,9 @@ class IndexReader {
   virtual ~IndexReader() = default;
   // Reads the whole leaf into dst (dst.size() == e.length), verifying its checksum when asked.
   virtual void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const = 0;
+  // Whether entries carry the xxh3 of their bytes (checksum, chunk_xxh3), which reads
+  // of a leaf in pieces verify (LeafVerifier); other formats check what they decode.
+  virtual bool has_xxh3() const { return false; }
   // Whether read_range reads only the range (boxed reads then read only what they need).
   virtual bool reads_ranges() const { return false; }
   // Reads bytes [at, at + dst.size()) of a stored leaf or box, unverified.
@@ -150,6 +153,18 @@ class Index {
   const std::shared_ptr<const IndexReader>& reader() const noexcept { return reader_; }
   // All of them at once, when the reader reads in batches (IndexReader::read_batch); false otherwise.
   bool read_batch(std::span<const LeafRead> reads) const { return reader_->read_batch(*this, reads); }
+  // Whether read_pieces reads e a piece at a time (its format reads ranges and e is
+  // stored in one piece, not as boxes); else it needs a buffer the leaf's size.
+  bool reads_pieces(const IndexEntry& e) const { return reader_->reads_ranges() && e.boxes.empty(); }
+  // Reads the leaf front to back through buf, calling fn(offset, piece) after each piece
+  // (buf.size() bytes, the last shorter), and verifies the bytes as they pass: chunk by
+  // chunk where the format records chunk checksums, else the leaf's xxh3 when the last
+  // piece is read. A leaf of any size is read through one buffer (RestoreOptions::max_memory,
+  // streamed converts). Pieces already handed to fn may turn out corrupt when a later
+  // check fails: the call then throws, and the caller drops what fn made of them.
+  // When !reads_pieces(e), buf must hold the whole leaf, read in one piece.
+  void read_pieces(const IndexEntry& e, std::span<std::byte> buf, bool verify,
+                   const std::function<void(std::uint64_t, std::span<const std::byte>)>& fn) const;
   // Parts of a leaf, when reads_parts(e) (see IndexReader::read_part).
   bool reads_parts(const IndexEntry& e) const { return reader_->reads_parts(e); }
   void read_part(const IndexEntry& e, std::uint64_t offset, std::span<std::byte> dst, bool verify) const {
@@ -180,6 +195,14 @@ class DeferredReads {
   ~DeferredReads() = default;
 };
 
+}  // namespace ckpt
+
+#if CKPT_DEFINE_API
+#include <ckpt/restore/verifier.hpp>  // needs Index, above; kept out of units that only declare
+#endif
+
+namespace ckpt {
+
 #if CKPT_DEFINE_API
 CKPT_API const IndexEntry* Index::find(const Path& p) const {
   auto it = by_path_.find(p.segments());
@@ -200,6 +223,36 @@ CKPT_API std::vector<std::string> Index::children(const Path& p) const {
     if (out.empty() || out.back() != seg) out.push_back(seg);
   }
   return out;
+}
+
+CKPT_API void Index::read_pieces(const IndexEntry& e, std::span<std::byte> buf, bool verify,
+                                 const std::function<void(std::uint64_t, std::span<const std::byte>)>& fn) const {
+  if (!reads_pieces(e)) {
+    if (buf.size() < e.length)
+      throw Error(checkpoint_, e.path.str(),
+                  "the " + info_.format + " reader reads whole leaves, and this one (" + std::to_string(e.length) +
+                      " bytes) is larger than the " + std::to_string(buf.size()) + "-byte buffer allowed");
+    const auto all = buf.first(static_cast<std::size_t>(e.length));
+    read(e, all, verify);
+    return fn(0, all);
+  }
+  if (buf.empty() && e.length > 0) throw Error(checkpoint_, e.path.str(), "read_pieces needs a buffer");
+  verify = verify && reader_->has_xxh3();
+  LeafVerifier check(*this, e);
+  for (std::uint64_t at = 0; at < e.length;) {
+    const auto part = buf.first(static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), e.length - at)));
+    try {
+      reader_->read_range(*this, e, at, part);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& x) {
+      throw CorruptCheckpointError(checkpoint_, e.path.str(), std::string("cannot read the leaf: ") + x.what());
+    }
+    if (verify) check.update(part);
+    fn(at, part);
+    at += part.size();
+  }
+  if (verify && e.length == 0) check.update({});
 }
 
 CKPT_API void Index::read(const IndexEntry& e, std::span<std::byte> dst, bool verify) const {

@@ -34,6 +34,10 @@ struct SaveOptions {
   // Called with the bytes and leaves written so far, at a bounded rate, from any thread;
   // returning false cancels the save (CancelledError, no checkpoint). See progress.hpp.
   ProgressFn progress{};
+  // A ceiling, in bytes, on the memory a save uses beyond the state it saves (0: none).
+  // The native and safetensors writers write streamed leaves (ckpt::convert) through
+  // buffers within it; see docs/benchmarks.md "Memory budget" for what each format holds.
+  std::uint64_t max_memory = 0;
 };
 
 struct RestoreOptions {
@@ -56,6 +60,11 @@ struct RestoreOptions {
   // Called with the bytes and leaves read so far, at a bounded rate, from any thread;
   // returning false cancels the restore (CancelledError). See progress.hpp.
   ProgressFn progress{};
+  // A ceiling, in bytes, on the memory a restore uses beyond the target itself (0: none):
+  // a leaf cast to another dtype is read and converted a piece at a time within it;
+  // a leaf that its format can only read whole, and that does not fit, is an Error
+  // naming it, before anything is allocated.
+  std::uint64_t max_memory = 0;
 };
 
 }  // namespace ckpt

@@ -1,8 +1,11 @@
 // ckpt/save.hpp — ckpt::save: a value becomes a committed checkpoint directory.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <string>
+#include <string_view>
 
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/format.hpp>
@@ -28,6 +31,20 @@ CKPT_API void save_staged(const std::filesystem::path& dir, const Snapshot& snap
                           FormatWrite write, const BeforeCommitFn& before_commit);
 // Applies the options that change what is saved: save_dtype, then the transform.
 CKPT_API void apply_save_options(Snapshot& snap, const SaveOptions& opts);
+
+// Streamed leaves (LeafBytes::stream) go to writers that read them piece by piece
+// (FormatEntry::writes_streams) on a local path. For any other writer, this copy of
+// snap holds their bytes in memory: refused, before anything is read, when those
+// bytes exceed opts.max_memory.
+CKPT_API Snapshot read_streams(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opts,
+                               std::string_view format);
+inline bool has_streams(const Snapshot& snap) {
+  for (const auto& l : snap.leaves)
+    if (l.data.stream) return true;
+  return false;
+}
+template <class Format>
+inline constexpr bool writes_streams = requires { requires Format::writes_streams; };
 }  // namespace detail
 
 // Writes an already-taken snapshot; what the async executor calls from its thread.
@@ -37,11 +54,16 @@ CKPT_API void apply_save_options(Snapshot& snap, const SaveOptions& opts);
 template <format_policy Format = native, class BeforeCommit>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                    BeforeCommit&& before_commit) {
+  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || storage::is_url(dir)))
+    return save_snapshot<Format>(dir, detail::read_streams(snap, dir, opts, Format::name), opts,
+                                 std::forward<BeforeCommit>(before_commit));
   detail::save_staged(dir, snap, opts, &Format::write, detail::BeforeCommitFn(std::forward<BeforeCommit>(before_commit)));
 }
 
 template <format_policy Format = native>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts = {}) {
+  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || storage::is_url(dir)))
+    return save_snapshot<Format>(dir, detail::read_streams(snap, dir, opts, Format::name), opts);
   if constexpr (requires { Format::save_file(dir, snap, opts); }) {
     if (storage::is_url(dir)) throw Error(dir.string(), "", std::string(Format::name) + " checkpoints are saved to local files only");
     Format::save_file(dir, snap, opts);  // a single-file format (Flax msgpack) commits its file itself
@@ -53,6 +75,8 @@ void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const
 // Writes a snapshot in a format chosen at run time, from the registry (the CLI's convert).
 inline void save_snapshot(const FormatEntry& format, const std::filesystem::path& dir, const Snapshot& snap,
                           const SaveOptions& opts = {}) {
+  if (detail::has_streams(snap) && (!format.writes_streams || storage::is_url(dir)))
+    return save_snapshot(format, dir, detail::read_streams(snap, dir, opts, format.name), opts);
   if (format.save_file && storage::is_url(dir))
     throw Error(dir.string(), "", std::string(format.name) + " checkpoints are saved to local files only");
   if (format.save_file) format.save_file(dir, snap, opts);
@@ -99,6 +123,32 @@ CKPT_API void detail::save_staged(const std::filesystem::path& dir, const Snapsh
     if (before_commit) before_commit(staging.path());
   });
   staging.commit(opts.force);
+}
+
+CKPT_API Snapshot detail::read_streams(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opts,
+                                       std::string_view format) {
+  std::uint64_t bytes = 0;
+  for (const auto& l : snap.leaves)
+    if (l.data.stream) bytes += l.data.size();
+  if (opts.max_memory != 0 && bytes > opts.max_memory)
+    throw Error(dir.string(), "",
+                "the " + std::string(format) + " writer" + (storage::is_url(dir) ? " to object storage" : "") +
+                    " holds every leaf in memory (" + std::to_string(bytes) + " bytes here), more than max_memory (" +
+                    std::to_string(opts.max_memory) + " bytes); the native and safetensors formats stream leaves");
+  Snapshot copy;  // the leaves in memory borrowed, not copied: snap outlives the save
+  copy.type_name = snap.type_name;
+  copy.schema = snap.schema;
+  copy.fingerprint = snap.fingerprint;
+  copy.leaves.reserve(snap.leaves.size());
+  for (const auto& l : snap.leaves) {
+    SnapshotLeaf c{l.path, LeafBytes::borrow(l.data.type, l.data.shape, l.data.view.data(), l.data.view.size()), l.box};
+    if (l.data.stream) {
+      c.data.stream = l.data.stream;
+      c.data.make_owned();
+    }
+    copy.leaves.push_back(std::move(c));
+  }
+  return copy;
 }
 
 CKPT_API void detail::apply_save_options(Snapshot& snap, const SaveOptions& opts) {

@@ -27,12 +27,16 @@ namespace ckpt {
 namespace detail::flax {
 namespace fs = std::filesystem;
 
-inline void write_msgpack(const Snapshot& snap, const fs::path& file, const std::string& checkpoint) {
+// progress (SaveOptions::progress) counts the file's bytes, msgpack framing included.
+inline void write_msgpack(const Snapshot& snap, const fs::path& file, const std::string& checkpoint,
+                          const ProgressFn& progress_fn = {}) {
   const interop::SnapNode root = interop::snapshot_tree(snap, checkpoint);
   interop::PieceWriter w;
   if (root.leaf == nullptr && root.children.empty()) w.pk().pack_map(0);
   else interop::write_tree(w, root, checkpoint);
-  w.write_to(file);
+  exec::ProgressTracker progress(progress_fn, w.size(), snap.leaves.size(), checkpoint);
+  w.write_to(file, &progress);
+  progress.finish();
 }
 
 inline bool looks_like_msgpack_map(const fs::path& file) {
@@ -94,13 +98,13 @@ using detail::flax::open_msgpack;
 struct flax_msgpack {
   static constexpr const char* name = "flax";
   // Inside a step directory (the manager's layout): the file `checkpoint`, as t5x names it.
-  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
-    detail::flax::write_msgpack(s, dir / "checkpoint", dir.string());
+  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o) {
+    detail::flax::write_msgpack(s, dir / "checkpoint", dir.string(), o.progress);
   }
   // save<flax_msgpack>(path, state): path is the file itself.
   static void save_file(const std::filesystem::path& file, const Snapshot& s, const SaveOptions& o) {
     io::publish_file(file, o.force, [&](const std::filesystem::path& tmp) {
-      detail::flax::write_msgpack(s, tmp, file.string());
+      detail::flax::write_msgpack(s, tmp, file.string(), o.progress);
     });
   }
   static bool detect(const std::filesystem::path& p) {

@@ -326,13 +326,16 @@ inline std::string zarray_text(const zarr::ArrayMeta& m) {
 
 // Puts array `name` into the database: `.zarray`, then its chunks (along the first
 // dimension, as meta_for cuts them), each compressed on its own.
-inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::ArrayMeta& m, std::span<const std::byte> src) {
+inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::ArrayMeta& m, const LeafBytes& src,
+                      exec::ProgressTracker* progress = nullptr) {
   const std::string zarray = zarray_text(m);
   w.put(name + "/.zarray", std::as_bytes(std::span(zarray)));
   io::blosc_params bp = m.blosc;
   bp.typesize = dtype_size(m.type);
+  std::vector<std::byte> buf;  // a streamed leaf's current chunk
   if (m.shape.empty()) {
-    w.put(name + "/0", io::compress(m.compressor, m.level, src, bp));
+    w.put(name + "/0", io::compress(m.compressor, m.level, zarr::leaf_part(src, 0, static_cast<std::size_t>(src.size()), buf), bp));
+    if (progress) progress->add(src.size(), 0);
     return;
   }
   if (element_count(m.shape) == 0) return;
@@ -341,7 +344,8 @@ inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::Arr
   std::vector<std::byte> edge;
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::uint64_t off = i * chunk;
-    std::span<const std::byte> part = src.subspan(off, std::min<std::uint64_t>(chunk, src.size() - off));
+    std::span<const std::byte> part =
+        zarr::leaf_part(src, off, static_cast<std::size_t>(std::min<std::uint64_t>(chunk, src.size() - off)), buf);
     if (part.size() < chunk) {  // edge chunks are stored full size, padded with zeros
       edge.assign(part.begin(), part.end());
       edge.resize(chunk);
@@ -352,6 +356,7 @@ inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::Arr
     const std::string key = name + "/" + zarr::chunk_key(idx, '.');
     if (m.compressor == io::codec::none) w.put(key, part);
     else w.put(key, io::compress(m.compressor, m.level, part, bp));
+    if (progress) progress->add(std::min<std::uint64_t>(chunk, src.size() - off), 0);
   }
 }
 }  // namespace detail::orbax
@@ -359,8 +364,11 @@ inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::Arr
 template <io::codec C = io::codec::zstd, int Level = 1, orbax_layout Layout = orbax_layout::ocdbt>
 struct basic_orbax {
   static constexpr const char* name = "orbax";
+  // Arrays are written a zarr chunk at a time, from memory or streamed (ckpt::convert),
+  // chunks sized to SaveOptions::max_memory; strings are never streamed.
+  static constexpr bool writes_streams = true;
 
-  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
+  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt) {
     namespace od = detail::orbax;
     constexpr bool use_ocdbt = Layout == orbax_layout::ocdbt;
     const std::string ckpt = dir.string();
@@ -368,6 +376,7 @@ struct basic_orbax {
     std::filesystem::create_directory(item);
     zarr::json tree = zarr::json::object(), strings = zarr::json::object();
     std::set<std::string> names;
+    exec::ProgressTracker progress(opt.progress, s.total_bytes(), s.leaves.size(), ckpt);  // chunk by chunk
     std::optional<ocdbt::Writer> db;
     if constexpr (use_ocdbt) db.emplace(item);
     for (const auto& l : s.leaves) {
@@ -391,14 +400,17 @@ struct basic_orbax {
         if (!zarr::safe_name(name) || name[0] == '_' || name[0] == '.' || name.rfind("ocdbt.process_", 0) == 0 || name == "d")
           throw Error(ckpt, l.path.str(), "path cannot name an Orbax array directory");
         type = l.data.shape.empty() ? "scalar" : "np.ndarray";
-        const auto meta = zarr::meta_for(l.data.type, l.data.shape, C, Level);
-        if constexpr (use_ocdbt) od::put_array(*db, name, meta, l.data.view);
-        else zarr::write_array(item / name, meta, l.data.view);
+        const auto meta = zarr::meta_for(l.data.type, l.data.shape, C, Level, zarr::chunk_target(opt.max_memory));
+        zarr::check_chunk_budget(meta, opt.max_memory, ckpt, l.path.str());
+        if constexpr (use_ocdbt) od::put_array(*db, name, meta, l.data, &progress);
+        else zarr::write_array(item / name, meta, l.data, &progress);
         value_meta["write_shape"] = l.data.shape;
       }
       value_meta["value_type"] = type;
       value_meta["skip_deserialize"] = type == "None";
       tree[od::tuple_repr(l.path.segments())] = {{"key_metadata", keys}, {"value_metadata", value_meta}};
+      if (type == "string" || type == "None") progress.add(l.data.size(), 1);
+      else progress.add(0, 1);
     }
     if (db) db->commit();
     if (!strings.empty()) od::write_json(item / od::strings_file, strings);
@@ -417,6 +429,7 @@ struct basic_orbax {
                     {"custom_metadata", zarr::json::object()}});
     const std::string ok = "Checkpoint commit was successful to " + ckpt;
     io::write_file_synced(dir / od::commit_file, std::as_bytes(std::span(ok)));
+    progress.finish();
   }
 
   static bool detect(const std::filesystem::path& dir) {

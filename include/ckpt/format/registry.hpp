@@ -43,6 +43,9 @@ struct FormatEntry {
   // publishes the file itself.
   void (*write)(const Snapshot&, const std::filesystem::path&, const SaveOptions&) = nullptr;
   void (*save_file)(const std::filesystem::path&, const Snapshot&, const SaveOptions&) = nullptr;
+  // Whether the writer takes streamed leaves (LeafBytes::stream), reading each through a
+  // buffer within SaveOptions::max_memory; other writers are given leaves in memory.
+  bool writes_streams = false;
 };
 
 namespace detail {
@@ -53,6 +56,7 @@ FormatEntry format_entry(int detect_order) {
                 [](const std::filesystem::path& p) -> std::shared_ptr<const Index> { return F::open(p); }};
   if constexpr (format_policy<F>) e.write = &F::write;
   if constexpr (requires { &F::save_file; }) e.save_file = &F::save_file;
+  if constexpr (requires { F::writes_streams; }) e.writes_streams = F::writes_streams;
   return e;
 }
 

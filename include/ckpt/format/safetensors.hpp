@@ -134,15 +134,18 @@ inline std::map<std::string, std::string> default_metadata(const Snapshot& snap)
 }
 
 // Writes one file holding leaves (already ordered) to `file` (a new file), fsynced.
+// Streamed leaves (LeafStream) are read through one buffer of stream_buffer bytes;
+// progress (SaveOptions::progress), when given, hears of every MiB.
 inline void write_file(const fs::path& file, const std::vector<const SnapshotLeaf*>& leaves,
-                       const std::map<std::string, std::string>& metadata, const std::string& checkpoint) {
+                       const std::map<std::string, std::string>& metadata, const std::string& checkpoint,
+                       std::size_t stream_buffer = std::size_t{16} << 20, exec::ProgressTracker* progress = nullptr) {
   json h = json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   std::uint64_t at = 0;
   for (const SnapshotLeaf* l : leaves) {
     const std::string name = tensor_name(l->path, checkpoint);
     if (h.contains(name)) throw Error(checkpoint, l->path.str(), "two leaves have the tensor name " + quote_for_message(name));
-    const std::uint64_t n = l->data.view.size();
+    const std::uint64_t n = l->data.size();
     h[name] = {{"dtype", *name_of(l->data.type)}, {"shape", l->data.shape}, {"data_offsets", {at, at + n}}};
     at += n;
   }
@@ -172,14 +175,33 @@ inline void write_file(const fs::path& file, const std::vector<const SnapshotLea
       flushed = written;
     }
   };
+  std::vector<std::byte> buffer;  // for streamed leaves, allocated at the first
   for (const SnapshotLeaf* l : leaves) {
+    if (const auto& stream = l->data.stream) {
+      if (!batch.empty()) flush_batch();  // what is queued goes out before the buffer is reused
+      if (buffer.empty()) buffer.resize(std::max<std::size_t>(stream_buffer, 4096));
+      const std::uint64_t length = stream->size();
+      for (std::uint64_t done = 0; done < length;) {
+        const auto part = std::span(buffer).first(static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), length - done)));
+        stream->read(done, part);
+        batch.push_back({part.data(), part.size()});
+        batch_bytes += part.size();
+        flush_batch();
+        done += part.size();
+        if (progress) progress->add(part.size(), 0);
+      }
+      if (progress) progress->add(0, 1);
+      continue;
+    }
     const auto bytes = l->data.view;
     for (std::size_t done = 0; done < bytes.size(); done += nd::write_piece) {
       const std::size_t n = std::min(nd::write_piece, bytes.size() - done);
       batch.push_back({const_cast<std::byte*>(bytes.data() + done), n});
       batch_bytes += n;
       if (batch.size() >= 512 || batch_bytes >= nd::write_piece) flush_batch();
+      if (progress) progress->add(n, 0);
     }
+    if (progress) progress->add(0, 1);
   }
   if (!batch.empty()) flush_batch();
   f.sync(file);
@@ -194,16 +216,17 @@ inline std::string shard_name(std::size_t i, std::size_t n) {
 // Fills the directory dir: one model.safetensors, or shards of at most max_shard_bytes
 // of tensor data each (a larger tensor gets a shard of its own) and the index.
 inline void write_dir(const Snapshot& snap, const fs::path& dir, std::uint64_t max_shard_bytes,
-                      const std::map<std::string, std::string>& metadata, const std::string& checkpoint) {
+                      const std::map<std::string, std::string>& metadata, const std::string& checkpoint,
+                      std::size_t stream_buffer = std::size_t{16} << 20, exec::ProgressTracker* progress = nullptr) {
   const auto leaves = ordered_leaves(snap, checkpoint);
   if (max_shard_bytes == 0 || snap.total_bytes() <= max_shard_bytes) {
-    write_file(dir / single_file, leaves, metadata, checkpoint);
+    write_file(dir / single_file, leaves, metadata, checkpoint, stream_buffer, progress);
     return;
   }
   std::vector<std::vector<const SnapshotLeaf*>> shards(1);
   std::uint64_t in_shard = 0;
   for (const SnapshotLeaf* l : leaves) {
-    const std::uint64_t n = l->data.view.size();
+    const std::uint64_t n = l->data.size();
     if (!shards.back().empty() && in_shard + n > max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
@@ -214,7 +237,7 @@ inline void write_dir(const Snapshot& snap, const fs::path& dir, std::uint64_t m
   json weight_map = json::object();
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const std::string fname = shard_name(i, shards.size());
-    write_file(dir / fname, shards[i], metadata, checkpoint);
+    write_file(dir / fname, shards[i], metadata, checkpoint, stream_buffer, progress);
     for (const SnapshotLeaf* l : shards[i]) weight_map[tensor_name(l->path, checkpoint)] = fname;
   }
   const json index = {{"metadata", {{"total_size", snap.total_bytes()}}}, {"weight_map", weight_map}};
@@ -403,6 +426,7 @@ inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, con
   }
   std::sort(files.begin(), files.end());
   interop::IndexBuilder b(checkpoint);
+  b.pieces_are_mapped();
   std::map<std::string, std::string> metadata;
   std::set<std::string> found;
   for (const auto& f : files) {
@@ -426,6 +450,7 @@ inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, con
 inline std::shared_ptr<const Index> open_file(const fs::path& file, const std::string& checkpoint) {
   const ParsedFile pf = parse_file(file, checkpoint);
   interop::IndexBuilder b(checkpoint);
+  b.pieces_are_mapped();
   add_file(b, pf);
   return b.build(info_from(pf.metadata));
 }
@@ -440,16 +465,28 @@ inline bool is_index_json(const fs::path& p) {
 struct safetensors {
   static constexpr const char* name = "safetensors";
 
+  // Writes streamed leaves (ckpt::convert) through a buffer within o.max_memory.
+  static constexpr bool writes_streams = true;
+
   // Inside a staging directory (the manager's step, save<safetensors>("dir", ...)).
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o) {
-    detail::safetensors::write_dir(s, dir, o.max_shard_bytes, detail::safetensors::default_metadata(s), dir.string());
+    exec::ProgressTracker progress(o.progress, s.total_bytes(), s.leaves.size(), dir.string());
+    detail::safetensors::write_dir(s, dir, o.max_shard_bytes, detail::safetensors::default_metadata(s), dir.string(),
+                                   detail::native::stream_buffer_bytes(o, 1), &progress);
+    progress.finish();
   }
 
   // save<safetensors>(path, state): a path ending in .safetensors is the file itself
   // (renamed into place whole); any other path is a directory as write() fills it.
   static void save_file(const std::filesystem::path& path, const Snapshot& s, const SaveOptions& o) {
     if (path.extension() == ".safetensors") {
-      save_file_with_metadata(path, s, detail::safetensors::default_metadata(s), o.force);
+      const auto leaves = detail::safetensors::ordered_leaves(s, path.string());
+      exec::ProgressTracker progress(o.progress, s.total_bytes(), s.leaves.size(), path.string());
+      io::publish_file(path, o.force, [&](const std::filesystem::path& tmp) {
+        detail::safetensors::write_file(tmp, leaves, detail::safetensors::default_metadata(s), path.string(),
+                                        detail::native::stream_buffer_bytes(o, 1), &progress);
+      });
+      progress.finish();
       return;
     }
     std::error_code ec;

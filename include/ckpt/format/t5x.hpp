@@ -150,11 +150,15 @@ inline interop::SpecialLeaf special(const fs::path& dir) {
 template <io::codec C = io::codec::gzip, int Level = 1>
 struct basic_t5x {
   static constexpr const char* name = "t5x";
+  // Arrays are written a zarr chunk at a time, from memory or streamed (ckpt::convert),
+  // chunks sized to SaveOptions::max_memory; scalars (in msgpack) are never streamed.
+  static constexpr bool writes_streams = true;
 
-  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
+  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt) {
     const std::string ckpt = dir.string();
     const interop::SnapNode root = interop::snapshot_tree(s, ckpt);
     std::set<std::string> names;
+    exec::ProgressTracker progress(opt.progress, s.total_bytes(), s.leaves.size(), ckpt);  // arrays chunk by chunk
     auto hook = [&](interop::PieceWriter& w, const SnapshotLeaf& l) -> bool {
       if (!is_numeric(l.data.type) || l.data.shape.empty()) return false;  // scalars stay in msgpack, as in t5x
       std::string name;
@@ -164,8 +168,10 @@ struct basic_t5x {
       if (!names.insert(name).second)
         throw Error(ckpt, l.path.str(),
                     "two leaves map to the same t5x array directory " + quote_for_message(name));
-      const zarr::ArrayMeta m = zarr::meta_for(l.data.type, l.data.shape, C, Level);
-      zarr::write_array(dir / name, m, l.data.view);
+      const zarr::ArrayMeta m = zarr::meta_for(l.data.type, l.data.shape, C, Level, zarr::chunk_target(opt.max_memory));
+      zarr::check_chunk_budget(m, opt.max_memory, ckpt, l.path.str());
+      zarr::write_array(dir / name, m, l.data, &progress);
+      progress.add(0, 1);
       const zarr::json spec = {
           {"driver", "zarr"},
           {"dtype", std::string(dtype_name(l.data.type))},
@@ -181,6 +187,7 @@ struct basic_t5x {
     if (root.leaf == nullptr && root.children.empty()) w.pk().pack_map(0);
     else interop::write_tree(w, root, ckpt, hook);
     w.write_to(dir / "checkpoint");
+    progress.finish();  // the scalars, in the msgpack file just written
   }
 
   static bool detect(const std::filesystem::path& dir) {

@@ -71,16 +71,22 @@ inline void read_group(interop::IndexBuilder& b, const fs::path& dir, const std:
 }
 
 // Writes one leaf as an array at dir (dir must not exist); throws for strings.
-inline void write_leaf(const fs::path& dir, const SnapshotLeaf& l, io::codec c, int level, const std::string& checkpoint) {
+// Chunks are sized to max_memory (SaveOptions; 0: 64 MiB).
+inline void write_leaf(const fs::path& dir, const SnapshotLeaf& l, io::codec c, int level, const std::string& checkpoint,
+                       std::uint64_t max_memory, exec::ProgressTracker* progress = nullptr) {
   if (l.data.type == dtype::string)
     throw Error(checkpoint, l.path.str(), "a string leaf has no zarr v2 representation (save it in another format)");
-  write_array(dir, meta_for(l.data.type, l.data.shape, c, level), l.data.view);
+  const ArrayMeta m = meta_for(l.data.type, l.data.shape, c, level, chunk_target(max_memory));
+  check_chunk_budget(m, max_memory, checkpoint, l.path.str());
+  write_array(dir, m, l.data, progress);
+  if (progress) progress->add(0, 1);
 }
 
 inline void write_node(const fs::path& dir, const interop::SnapNode& n, io::codec c, int level,
-                       const std::string& checkpoint, const Path& p) {
+                       const std::string& checkpoint, const Path& p, std::uint64_t max_memory,
+                       exec::ProgressTracker* progress = nullptr) {
   if (n.leaf && n.leaf->data.type != dtype::none) {
-    write_leaf(dir, *n.leaf, c, level, checkpoint);
+    write_leaf(dir, *n.leaf, c, level, checkpoint, max_memory, progress);
     return;
   }
   fs::create_directory(dir);
@@ -89,7 +95,7 @@ inline void write_node(const fs::path& dir, const interop::SnapNode& n, io::code
     if (!safe_name(k) || k[0] == '.')
       throw Error(checkpoint, p.child(k).str(), "key " + quote_for_message(k) +
                                                     " cannot be a zarr directory name");
-    write_node(dir / k, *child, c, level, checkpoint, p.child(k));
+    write_node(dir / k, *child, c, level, checkpoint, p.child(k), max_memory, progress);
   }
 }
 
@@ -98,15 +104,20 @@ inline void write_node(const fs::path& dir, const interop::SnapNode& n, io::code
 template <io::codec C = io::codec::zstd, int Level = 1>
 struct basic_zarr_v2 {
   static constexpr const char* name = "zarr";
-  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions&) {
+  // Arrays are written a chunk at a time, from memory or streamed (ckpt::convert),
+  // chunks sized to SaveOptions::max_memory.
+  static constexpr bool writes_streams = true;
+  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt) {
     const interop::SnapNode root = interop::snapshot_tree(s, dir.string());
+    exec::ProgressTracker progress(opt.progress, s.total_bytes(), s.leaves.size(), dir.string());  // chunk by chunk
     zarr::write_zgroup(dir);
     if (root.leaf) throw Error(dir.string(), "", "a single-leaf value cannot be a zarr group; wrap it in a struct");
     for (const auto& [k, child] : root.children) {
       if (!zarr::safe_name(k) || k[0] == '.')
         throw Error(dir.string(), k, "key cannot be a zarr directory name");
-      zarr::write_node(dir / k, *child, C, Level, dir.string(), Path({k}));
+      zarr::write_node(dir / k, *child, C, Level, dir.string(), Path({k}), opt.max_memory, &progress);
     }
+    progress.finish();  // the empty nodes (None), which write no array
   }
   static bool detect(const std::filesystem::path& dir) {
     return zarr::is_file(dir / ".zgroup") || zarr::is_file(dir / ".zarray");

@@ -10,9 +10,11 @@
 // leaf by specializing leaf_codec for it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -44,19 +46,34 @@ inline std::int64_t element_count(const Shape& s) {
   return n;
 }
 
+// A leaf's bytes that are not in memory but read piece by piece while they are written
+// (ckpt::convert, `ckpt convert`): converting a leaf larger than SaveOptions::max_memory
+// then holds one piece of it at a time. Writers ask for pieces in order, from byte 0 to
+// the end, so that a stream can verify the whole leaf's checksum as the last one goes out.
+class LeafStream {
+ public:
+  virtual ~LeafStream() = default;
+  virtual std::uint64_t size() const = 0;
+  // Reads bytes [offset, offset + dst.size()); offset is where the previous read ended.
+  virtual void read(std::uint64_t offset, std::span<std::byte> dst) const = 0;
+};
+
 // The save side of one leaf. `view` points at the value's own memory, or at `storage`
-// when the value had to be turned into bytes.
+// when the value had to be turned into bytes; or, for a streamed leaf, `stream` gives
+// the bytes and `view` is empty (only writers that say so take streamed leaves:
+// FormatEntry::writes_streams).
 struct LeafBytes {
   dtype type = dtype::none;
   Shape shape;
   std::span<const std::byte> view;
   std::vector<std::byte> storage;
+  std::shared_ptr<const LeafStream> stream{};
 
   LeafBytes() = default;
   LeafBytes(LeafBytes&&) noexcept = default;  // a moved vector keeps its buffer: view stays valid
   LeafBytes& operator=(LeafBytes&&) noexcept = default;
   // A copy of an owning leaf views its own copy of the bytes, not the original's.
-  LeafBytes(const LeafBytes& o) : type(o.type), shape(o.shape), view(o.view), storage(o.storage) {
+  LeafBytes(const LeafBytes& o) : type(o.type), shape(o.shape), view(o.view), storage(o.storage), stream(o.stream) {
     if (o.owns()) view = storage;
   }
   LeafBytes& operator=(const LeafBytes& o) {
@@ -80,9 +97,25 @@ struct LeafBytes {
     b.view = b.storage;
     return b;
   }
-  // Makes the leaf independent of the value it was taken from (for async saves).
+  static LeafBytes streamed(dtype t, Shape s, std::shared_ptr<const LeafStream> stream) {
+    LeafBytes b;
+    b.type = t;
+    b.shape = std::move(s);
+    b.stream = std::move(stream);
+    return b;
+  }
+  // The leaf's length in bytes, streamed or not.
+  std::uint64_t size() const { return stream ? stream->size() : view.size(); }
+  // Makes the leaf independent of the value it was taken from (for async saves); a
+  // streamed leaf is read into memory.
   void make_owned() {
-    if (!owns()) storage.assign(view.begin(), view.end());
+    if (stream) {
+      storage.resize(static_cast<std::size_t>(stream->size()));
+      stream->read(0, storage);
+      stream.reset();
+    } else if (!owns()) {
+      storage.assign(view.begin(), view.end());
+    }
     view = storage;
   }
 };
@@ -118,6 +151,15 @@ class LeafSource {
   // The Index entry read, when the source has one (its stored boxes, for Sharded leaves).
   virtual const IndexEntry* index_entry() const { return nullptr; }
 
+  // The ceiling on memory a read may use beyond its destination (RestoreOptions::max_memory; 0: none).
+  virtual std::uint64_t max_memory() const { return 0; }
+  // Calls fn(offset, bytes) with the leaf's bytes front to back, verified, in pieces of
+  // at most `piece` bytes where the format reads ranges (the last piece may be shorter).
+  // This default reads the whole leaf into one buffer, and throws instead when that
+  // buffer would exceed max_memory().
+  virtual void read_pieces(std::size_t piece,
+                           const std::function<void(std::uint64_t, std::span<const std::byte>)>& fn) const;
+
   std::vector<std::byte> read_all() const;
   [[noreturn]] void fail_dtype(dtype target) const;
   [[noreturn]] void fail_shape(const Shape& target, const char* what = "shape") const;
@@ -129,6 +171,15 @@ class LeafSource {
   // Reads n elements converted to `target` into dst (n * dtype_size(target) bytes).
   void read_as(dtype target, std::span<std::byte> dst) const;
 };
+
+// The pieces a cast reads and converts at a time: 16 MiB, or less to stay within a
+// memory budget (never under 1 MiB), always whole MiBs so that every dtype's elements fit.
+inline std::size_t cast_piece_bytes(std::uint64_t max_memory) {
+  constexpr std::uint64_t mib = std::uint64_t{1} << 20;
+  std::uint64_t p = 16 * mib;
+  if (max_memory != 0) p = std::clamp<std::uint64_t>(max_memory / 2 / mib * mib, mib, p);
+  return static_cast<std::size_t>(p);
+}
 
 template <class U>
 struct leaf_codec;  // specialized for every leaf type
@@ -197,13 +248,30 @@ CKPT_API void LeafSource::read_as(dtype target, std::span<std::byte> dst) const 
   expect_castable(target);
   const std::size_t n = dst.size() / dtype_size(target);
   if (byte_length() != n * dtype_size(type())) fail_shape(shape());
-  const std::vector<std::byte> raw = read_all();
-  if (auto bad = convert_elements(type(), raw.data(), target, dst.data(), n)) {
-    throw DtypeMismatchError(checkpoint(), path(),
-                             "element " + std::to_string(*bad) + " does not fit in " +
-                                 std::string(dtype_name(target)) + " (dtype " + std::string(dtype_name(type())) +
-                                 " in checkpoint)");
-  }
+  // Converted piece by piece (issue 11): a cast never needs a copy of the whole leaf,
+  // and under a memory budget the pieces fit it. Pieces are whole elements (a MiB
+  // holds a whole number of every fixed-size dtype).
+  const std::size_t from = dtype_size(type()), to = dtype_size(target);
+  read_pieces(cast_piece_bytes(max_memory()), [&](std::uint64_t offset, std::span<const std::byte> raw) {
+    const std::uint64_t first = offset / from;
+    if (auto bad = convert_elements(type(), raw.data(), target, dst.data() + first * to, raw.size() / from)) {
+      throw DtypeMismatchError(checkpoint(), path(),
+                               "element " + std::to_string(first + *bad) + " does not fit in " +
+                                   std::string(dtype_name(target)) + " (dtype " + std::string(dtype_name(type())) +
+                                   " in checkpoint)");
+    }
+  });
+}
+
+CKPT_API void LeafSource::read_pieces(std::size_t,
+                                      const std::function<void(std::uint64_t, std::span<const std::byte>)>& fn) const {
+  if (max_memory() != 0 && byte_length() > max_memory())
+    throw Error(checkpoint(), path(),
+                "reading this leaf needs a buffer of its size (" + std::to_string(byte_length()) +
+                    " bytes: its format reads whole leaves), more than max_memory (" + std::to_string(max_memory()) +
+                    " bytes)");
+  const std::vector<std::byte> all = read_all();
+  fn(0, all);
 }
 #endif
 

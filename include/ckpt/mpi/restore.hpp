@@ -100,6 +100,7 @@ inline std::shared_ptr<const Index> broadcast_index(const Comm& comm, std::share
       inner_->read(index, e, dst, verify);
     }
     bool reads_ranges() const override { return inner_->reads_ranges(); }
+    bool has_xxh3() const override { return inner_->has_xxh3(); }
     void read_range(const Index& index, const IndexEntry& e, std::uint64_t at, std::span<std::byte> dst) const override {
       if (!e.inline_bytes.empty() && e.inline_bytes.data() >= lo_ && e.inline_bytes.data() < hi_) {
         std::copy_n(e.inline_bytes.begin() + static_cast<std::ptrdiff_t>(at), dst.size(), dst.begin());

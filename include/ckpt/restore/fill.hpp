@@ -7,7 +7,9 @@
 // the checkpoint.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -28,6 +30,7 @@ struct ReadSettings {
   std::optional<dtype> requested_dtype{};
   bool shape_only = false;  // allocate targets without reading (abstract restore)
   DeferredReads* queue = nullptr;  // where deferred reads go (exec::ReadQueue); null: read at once
+  std::uint64_t max_memory = 0;    // RestoreOptions::max_memory
 };
 
 // One entry of an Index, seen by a leaf codec. It shares ownership of the Index so
@@ -56,6 +59,9 @@ class IndexLeafSource final : public LeafSource {
     index_->read_box(e_, origin, shape, dst, settings_.verify_checksums);
   }
   const IndexEntry* index_entry() const override { return &e_; }
+  std::uint64_t max_memory() const override { return settings_.max_memory; }
+  void read_pieces(std::size_t piece,
+                   const std::function<void(std::uint64_t, std::span<const std::byte>)>& fn) const override;
   std::shared_ptr<const LeafSource> retain() const override {
     ReadSettings later = settings_;
     later.queue = nullptr;  // a lazy leaf reads when asked, long after this restore
@@ -70,6 +76,12 @@ class IndexLeafSource final : public LeafSource {
 
 #if CKPT_DEFINE_API
 CKPT_API IndexLeafSource::~IndexLeafSource() = default;
+CKPT_API void IndexLeafSource::read_pieces(
+    std::size_t piece, const std::function<void(std::uint64_t, std::span<const std::byte>)>& fn) const {
+  if (!index_->reads_pieces(e_)) return LeafSource::read_pieces(piece, fn);  // whole, within max_memory or refused
+  std::vector<std::byte> buf(static_cast<std::size_t>(std::min<std::uint64_t>(piece, e_.length)));
+  index_->read_pieces(e_, buf, settings_.verify_checksums, fn);
+}
 #endif
 
 struct FillContext {

@@ -11,6 +11,7 @@
 // "shape": {"0": d0, ...}, "chunks": {"0": ext 1, ...}} of 1-d pieces.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <fstream>
 #include <functional>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ckpt/detail/msgpack.hpp>
+#include <ckpt/exec/progress_tracker.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/io/file.hpp>
 
@@ -289,13 +291,36 @@ class PieceWriter {
     parts_.push_back(o);
     buf_.clear();
   }
-  void write_to(const fs::path& file) {
+  // Writes the file in pieces of at most 8 MiB, telling progress (when given) of each.
+  void write_to(const fs::path& file, exec::ProgressTracker* progress = nullptr) {
     flush();
-    std::vector<iovec> iov;
-    for (auto p : parts_) iov.push_back({const_cast<std::byte*>(p.data()), p.size()});
+    constexpr std::size_t piece = std::size_t{8} << 20;
     io::File f = io::File::create(file);
-    io::write_all(f, std::move(iov), file);
+    std::vector<iovec> iov;
+    std::size_t queued = 0;
+    auto write = [&] {
+      io::write_all(f, std::move(iov), file);
+      iov.clear();
+      if (progress) progress->add(queued, 0);
+      queued = 0;
+    };
+    for (auto p : parts_) {
+      for (std::size_t at = 0; at < p.size(); at += piece) {
+        const std::size_t n = std::min(piece, p.size() - at);
+        iov.push_back({const_cast<std::byte*>(p.data() + at), n});
+        queued += n;
+        if (queued >= piece || iov.size() >= 512) write();
+      }
+    }
+    if (!iov.empty()) write();
     f.sync(file);
+  }
+  // The bytes write_to writes.
+  std::uint64_t size() {
+    flush();
+    std::uint64_t n = 0;
+    for (auto p : parts_) n += p.size();
+    return n;
   }
 
  private:

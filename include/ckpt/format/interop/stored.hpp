@@ -7,6 +7,11 @@
 // nothing to check beyond the decoding itself, which always validates sizes.
 #pragma once
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <functional>
@@ -35,13 +40,36 @@ struct Stored {
 
 class Reader final : public IndexReader {
  public:
-  explicit Reader(std::vector<Stored> stored) : stored_(std::move(stored)) {}
+  explicit Reader(std::vector<Stored> stored) : stored_(std::move(stored)) {
+    // Ranges when every leaf is plain bytes in memory (safetensors, a mapped file):
+    // restores and converts under a memory budget then read them piece by piece.
+    ranges_ = std::all_of(stored_.begin(), stored_.end(),
+                          [](const Stored& s) { return s.array_dir.empty() && !s.load && !s.swap; });
+  }
+
+  bool reads_ranges() const override { return ranges_; }
+  void read_range(const Index& index, const IndexEntry& e, std::uint64_t at, std::span<std::byte> dst) const override {
+    if (!ranges_) return IndexReader::read_range(index, e, at, dst);
+    const Stored& s = stored(index, e);
+    std::uint64_t start = 0;  // of the current piece, in the leaf
+    auto out = dst;
+    for (auto p : s.pieces) {
+      const std::uint64_t end = start + p.size();
+      if (!out.empty() && at < end && at + dst.size() > start) {
+        const std::uint64_t from = std::max(at, start) - start;
+        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(p.size() - from, out.size()));
+        std::memcpy(out.data(), p.data() + from, n);
+        drop_pages(p.subspan(static_cast<std::size_t>(from), n));
+        out = out.subspan(n);
+      }
+      start = end;
+    }
+    if (!out.empty())
+      throw CorruptCheckpointError(index.checkpoint(), e.path.str(), "stored bytes fall short of the leaf's size");
+  }
 
   void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool) const override {
-    const auto i = static_cast<std::size_t>(&e - index.entries().data());
-    if (&e < index.entries().data() || i >= stored_.size())
-      throw Error(index.checkpoint(), e.path.str(), "entry does not belong to this index");
-    const Stored& s = stored_[i];
+    const Stored& s = stored(index, e);
     auto fail = [&](const std::string& w) { throw CorruptCheckpointError(index.checkpoint(), e.path.str(), w); };
     if (!s.array_dir.empty()) {
       zarr::read_array(s.array_dir, s.meta, dst, fail);
@@ -62,7 +90,30 @@ class Reader final : public IndexReader {
   }
 
  private:
+  const Stored& stored(const Index& index, const IndexEntry& e) const {
+    const auto i = static_cast<std::size_t>(&e - index.entries().data());
+    if (&e < index.entries().data() || i >= stored_.size())
+      throw Error(index.checkpoint(), e.path.str(), "entry does not belong to this index");
+    return stored_[i];
+  }
+  // Bytes read by range from a mapped file are not needed again: the whole pages among
+  // them leave this process's resident set (they stay in the page cache), so that a
+  // leaf read piece by piece does not end up resident whole. A hint; for memory
+  // that is not a file mapping (a parsed msgpack buffer) nothing is dropped.
+  void drop_pages(std::span<const std::byte> b) const {
+    if (!mapped_ || b.size() < 2 * page) return;
+    const auto first = (reinterpret_cast<std::uintptr_t>(b.data()) + page - 1) / page * page;
+    const auto last = (reinterpret_cast<std::uintptr_t>(b.data()) + b.size()) / page * page;
+    if (last > first) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  }
+  static constexpr std::uintptr_t page = 4096;
   std::vector<Stored> stored_;
+  bool ranges_ = false;
+  bool mapped_ = false;
+
+ public:
+  // The pieces point into read-only file mappings (io::MappedFile): see drop_pages.
+  void set_mapped() { mapped_ = true; }
 };
 
 class IndexBuilder {
@@ -133,11 +184,16 @@ class IndexBuilder {
   std::shared_ptr<const Index> build(IndexInfo info) {
     keep_.push_back(strings_);
     auto all = std::make_shared<std::vector<std::shared_ptr<const void>>>(std::move(keep_));
-    return std::make_shared<const Index>(checkpoint_, std::move(info), std::move(entries_),
-                                         std::make_shared<Reader>(std::move(stored_)), std::move(all));
+    auto reader = std::make_shared<Reader>(std::move(stored_));
+    if (mapped_) reader->set_mapped();
+    return std::make_shared<const Index>(checkpoint_, std::move(info), std::move(entries_), std::move(reader),
+                                         std::move(all));
   }
+  // The in-memory pieces are spans of read-only file mappings (safetensors).
+  void pieces_are_mapped() { mapped_ = true; }
 
  private:
+  bool mapped_ = false;
   void check_length(const IndexEntry& e) const {
     if (!is_numeric(e.type)) return;
     const std::int64_t n = element_count(e.shape);

@@ -19,6 +19,8 @@ struct SnapshotLeaf;
 
 struct native {
   static constexpr const char* name = "native";
+  // Writes streamed leaves (ckpt::convert) through buffers within SaveOptions::max_memory.
+  static constexpr bool writes_streams = true;
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o);
   static bool detect(const std::filesystem::path& dir);
   // The commit marker is written last, after every data file and the manifest are durable.

@@ -49,6 +49,7 @@ class Reader final : public IndexReader {
   }
 
   bool reads_ranges() const override { return true; }
+  bool has_xxh3() const override { return true; }
   void read_range(const Index& index, const IndexEntry& e, std::uint64_t at, std::span<std::byte> dst) const override {
     if (e.file.empty()) {
       std::copy_n(e.inline_bytes.begin() + static_cast<std::ptrdiff_t>(at), dst.size(), dst.begin());

@@ -53,8 +53,8 @@ inline EntryPlan plan_entries(const Snapshot& snap, const SaveOptions& opt) {
     e.path = leaf.path;
     e.type = leaf.data.type;
     e.shape = leaf.data.shape;
-    e.length = leaf.data.view.size();
-    if (e.length < opt.inline_threshold || e.type == dtype::none) {
+    e.length = leaf.data.size();
+    if ((e.length < opt.inline_threshold && !leaf.data.stream) || e.type == dtype::none) {
       e.inline_bytes = leaf.data.view;
       e.checksum = io::xxh3(e.inline_bytes);
       plan.inline_bytes += e.length;
@@ -115,11 +115,23 @@ inline void start_writeback(const io::File& f, std::uint64_t offset, std::uint64
 #endif
 }
 
+// The buffer through which each data file's writer reads streamed leaves (LeafStream):
+// 16 MiB, or its share of SaveOptions::max_memory (whole MiBs, so that chunk checksums
+// fall on piece boundaries; never under one MiB).
+inline std::size_t stream_buffer_bytes(const SaveOptions& opt, unsigned files) {
+  constexpr std::uint64_t mib = std::uint64_t{1} << 20;
+  std::uint64_t n = 16 * mib;
+  if (opt.max_memory != 0) n = std::clamp<std::uint64_t>(opt.max_memory / files / mib * mib, mib, n);
+  return static_cast<std::size_t>(n);
+}
+
 // Writes the leaves assigned to one data file, in order, each padded to the alignment,
-// hashing each piece just before it is written (while it is warm in cache).
+// hashing each piece just before it is written (while it is warm in cache). Streamed
+// leaves are read into a buffer of stream_buffer bytes and written from it.
 inline void write_data_file(const std::filesystem::path& file, const Snapshot& snap,
                             std::vector<IndexEntry>& entries, const std::vector<std::size_t>& leaves,
-                            exec::ProgressTracker* progress = nullptr) {
+                            exec::ProgressTracker* progress = nullptr,
+                            std::size_t stream_buffer = std::size_t{16} << 20) {
   io::File f = io::File::create(file);
   std::vector<iovec> batch;
   std::size_t batch_bytes = 0;
@@ -137,8 +149,46 @@ inline void write_data_file(const std::filesystem::path& file, const Snapshot& s
       }
     }
   };
+  std::vector<std::byte> buffer;  // for streamed leaves, allocated at the first
   for (std::size_t i : leaves) {
-    const auto bytes = snap.leaves[i].data.view;
+    const LeafBytes& data = snap.leaves[i].data;
+    if (data.stream) {
+      if (!batch.empty()) {  // everything queued so far goes out before the buffer is reused
+        io::write_all(f, std::move(batch), file);
+        batch.clear();
+        written += std::exchange(batch_bytes, 0);
+      }
+      static_assert(write_piece == checksum_chunk_bytes);
+      const std::uint64_t length = data.stream->size();
+      if (buffer.empty()) buffer.resize(std::max(stream_buffer, write_piece) / write_piece * write_piece);
+      std::vector<std::uint64_t> chunks;
+      for (std::uint64_t done = 0; done < length;) {
+        const auto part = std::span(buffer).first(static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), length - done)));
+        data.stream->read(done, part);
+        for (std::size_t c = 0; c < part.size(); c += write_piece)
+          chunks.push_back(io::xxh3(part.subspan(c, std::min(write_piece, part.size() - c))));
+        io::write_all(f, std::span<const std::byte>(part), file);
+        done += part.size();
+        written += part.size();
+        if (written - flushed >= writeback_chunk) {
+          start_writeback(f, flushed, written - flushed);
+          flushed = written;
+        }
+        if (progress) progress->add(part.size(), 0);  // progress (issue 11)
+      }
+      if (chunks.size() <= 1) {  // one chunk: format v1's whole-leaf checksum, as for a leaf in memory
+        entries[i].checksum = chunks.empty() ? io::xxh3({}) : chunks[0];
+      } else {
+        entries[i].checksum = chunk_list_xxh3(chunks);
+        entries[i].chunk_bytes = checksum_chunk_bytes;
+        entries[i].chunk_xxh3 = std::move(chunks);
+      }
+      const std::size_t pad = static_cast<std::size_t>((alignment - length % alignment) % alignment);
+      if (pad) add(zero_page(), pad);
+      if (progress) progress->add(0, 1);  // progress (issue 11)
+      continue;
+    }
+    const auto bytes = data.view;
     if (bytes.size() <= write_piece) {
       entries[i].checksum = io::xxh3(bytes);
       add(bytes.data(), bytes.size());
@@ -182,7 +232,8 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
 
   if (!large.empty()) {
     if (nfiles == 1) {
-      detail::native::write_data_file(dir / data_file_name(0), snap, entries, per_file[0], &progress);
+      detail::native::write_data_file(dir / data_file_name(0), snap, entries, per_file[0], &progress,
+                                      detail::native::stream_buffer_bytes(opt, 1));
     } else {
       std::vector<std::exception_ptr> errors(nfiles);
       {
@@ -190,7 +241,8 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
         for (unsigned k = 0; k < nfiles; ++k)
           threads.emplace_back([&, k] {
             try {
-              detail::native::write_data_file(dir / data_file_name(k), snap, entries, per_file[k], &progress);
+              detail::native::write_data_file(dir / data_file_name(k), snap, entries, per_file[k], &progress,
+                                              detail::native::stream_buffer_bytes(opt, nfiles));
             } catch (...) {
               errors[k] = std::current_exception();
             }

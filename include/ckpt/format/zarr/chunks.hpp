@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <ckpt/error.hpp>
+#include <ckpt/exec/progress_tracker.hpp>
 #include <ckpt/format/zarr/metadata.hpp>
 #include <ckpt/io/codec.hpp>
 #include <ckpt/io/file.hpp>
@@ -208,15 +209,45 @@ inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::b
 
 // Writes the array at `dir` (created; must not exist): .zarray, then one file per chunk.
 // src is C order; m must have chunks spanning every dimension but the first (meta_for).
-inline void write_array(const fs::path& dir, const ArrayMeta& m, std::span<const std::byte> src) {
+// The chunk size writers aim at (meta_for's target): 64 MiB, or a quarter of a save's
+// max_memory, since a chunk is held with its compressed copy (and, streamed, its read).
+inline std::uint64_t chunk_target(std::uint64_t max_memory) {
+  return max_memory == 0 ? std::uint64_t{64} << 20 : std::max<std::uint64_t>(max_memory / 4, 1);
+}
+
+// Throws unless m's chunks (cut along the first dimension, at least one row) keep
+// within a save's max_memory: a leaf whose single row is larger cannot.
+inline void check_chunk_budget(const ArrayMeta& m, std::uint64_t max_memory, const std::string& checkpoint,
+                               const std::string& path) {
+  if (max_memory != 0 && m.chunk_bytes() > chunk_target(max_memory))
+    throw Error(checkpoint, path,
+                "a zarr chunk of this leaf is at least one row, " + std::to_string(m.chunk_bytes()) +
+                    " bytes, more than a quarter of max_memory (" + std::to_string(max_memory) + " bytes)");
+}
+
+// The bytes [off, off + n) of a leaf: a view of its memory or, for a streamed leaf
+// (LeafStream, read front to back), read into buf.
+inline std::span<const std::byte> leaf_part(const LeafBytes& d, std::uint64_t off, std::size_t n,
+                                            std::vector<std::byte>& buf) {
+  if (!d.stream) return d.view.subspan(static_cast<std::size_t>(off), n);
+  buf.resize(n);
+  d.stream->read(off, buf);
+  return buf;
+}
+
+// Reports each chunk's bytes to progress (SaveOptions::progress) when given.
+inline void write_array(const fs::path& dir, const ArrayMeta& m, const LeafBytes& src,
+                        exec::ProgressTracker* progress = nullptr) {
   fs::create_directory(dir);
   const std::string zarray = zarray_json(m).dump(4);
   io::write_file_synced(dir / ".zarray", std::as_bytes(std::span(zarray)));
   io::blosc_params bp = m.blosc;
   bp.typesize = dtype_size(m.type);
+  std::vector<std::byte> buf;  // a streamed leaf's current chunk
   if (m.shape.empty()) {
-    const auto out = io::compress(m.compressor, m.level, src, bp);
+    const auto out = io::compress(m.compressor, m.level, leaf_part(src, 0, static_cast<std::size_t>(src.size()), buf), bp);
     io::write_file_synced(dir / "0", out);
+    if (progress) progress->add(src.size(), 0);
     return;
   }
   if (element_count(m.shape) == 0) return;
@@ -225,7 +256,7 @@ inline void write_array(const fs::path& dir, const ArrayMeta& m, std::span<const
   std::vector<std::byte> edge;
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::uint64_t off = i * chunk;
-    std::span<const std::byte> part = src.subspan(off, std::min<std::uint64_t>(chunk, src.size() - off));
+    std::span<const std::byte> part = leaf_part(src, off, static_cast<std::size_t>(std::min<std::uint64_t>(chunk, src.size() - off)), buf);
     if (part.size() < chunk) {  // edge chunks are stored full size, padded with the fill value (0)
       edge.assign(part.begin(), part.end());
       edge.resize(chunk);
@@ -236,6 +267,7 @@ inline void write_array(const fs::path& dir, const ArrayMeta& m, std::span<const
     const fs::path file = dir / chunk_key(idx, m.separator);
     if (m.compressor == io::codec::none) io::write_file_synced(file, part);
     else io::write_file_synced(file, io::compress(m.compressor, m.level, part, bp));
+    if (progress) progress->add(std::min<std::uint64_t>(chunk, src.size() - off), 0);
   }
 }
 

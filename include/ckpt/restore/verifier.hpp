@@ -1,0 +1,77 @@
+// ckpt/restore/verifier.hpp — checks a leaf's bytes that arrive in pieces.
+//
+// Reading a leaf through a buffer smaller than the leaf (Index::read_pieces under
+// RestoreOptions::max_memory, the streams of ckpt::convert) still verifies every byte:
+// against the chunk checksums of native format v2 as each chunk completes, or against
+// the leaf's xxh3 when its last byte arrives.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include <ckpt/error.hpp>
+#include <ckpt/io/checksum.hpp>
+
+namespace ckpt {
+
+// Declared before index.hpp is included: Index::read_pieces, which index.hpp defines,
+// uses LeafVerifier, and index.hpp includes this header for it.
+class Index;
+struct IndexEntry;
+
+// Checks a leaf's bytes that arrive front to back in pieces of any size, against the
+// entry's chunk checksums (format v2) as each chunk completes, or its xxh3 at the end.
+class LeafVerifier {
+ public:
+  LeafVerifier(const Index& index, const IndexEntry& e) : index_(index), e_(e) {}
+  // The next bytes of the leaf, in order; throws CorruptCheckpointError at the first
+  // chunk (or, unchunked, the last byte) whose checksum does not match.
+  void update(std::span<const std::byte> bytes);
+
+ private:
+  [[noreturn]] void fail(const std::string& where) const;
+  const Index& index_;
+  const IndexEntry& e_;
+  std::uint64_t seen_ = 0, chunk_fill_ = 0;
+  std::size_t chunk_ = 0;
+  io::Xxh3Stream hash_;
+};
+
+}  // namespace ckpt
+
+#include <ckpt/index.hpp>
+
+namespace ckpt {
+
+inline void LeafVerifier::fail(const std::string& where) const {
+  throw CorruptCheckpointError(index_.checkpoint(), e_.path.str(),
+                               "checksum mismatch" + where + ": the leaf's bytes were altered or torn");
+}
+
+inline void LeafVerifier::update(std::span<const std::byte> bytes) {
+  if (bytes.size() > e_.length - seen_) fail(" (more bytes than the leaf holds)");
+  if (e_.chunk_xxh3.empty() || e_.chunk_bytes == 0) {
+    hash_.update(bytes);
+    seen_ += bytes.size();
+    if (seen_ == e_.length && hash_.digest() != e_.checksum) fail("");
+    return;
+  }
+  while (!bytes.empty()) {
+    const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(bytes.size(), e_.chunk_bytes - chunk_fill_));
+    hash_.update(bytes.first(take));
+    bytes = bytes.subspan(take);
+    seen_ += take;
+    chunk_fill_ += take;
+    if (chunk_fill_ == e_.chunk_bytes || seen_ == e_.length) {
+      if (chunk_ >= e_.chunk_xxh3.size() || hash_.digest() != e_.chunk_xxh3[chunk_])
+        fail(" in bytes [" + std::to_string(seen_ - chunk_fill_) + ", +" + std::to_string(chunk_fill_) + ")");
+      ++chunk_;
+      chunk_fill_ = 0;
+      hash_ = io::Xxh3Stream{};
+    }
+  }
+}
+
+}  // namespace ckpt
