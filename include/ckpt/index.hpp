@@ -7,7 +7,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
+#include <limits>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -114,26 +114,10 @@ struct IndexInfo {
 
 class Index {
  public:
+  // Throws CorruptCheckpointError when a path appears twice, or is both a leaf and an
+  // inner node (a.b and a.b.c both leaves).
   Index(std::string checkpoint, IndexInfo info, std::vector<IndexEntry> entries,
-        std::shared_ptr<const IndexReader> reader, std::shared_ptr<const void> keep_alive)
-      : checkpoint_(std::move(checkpoint)),
-        info_(std::move(info)),
-        entries_(std::move(entries)),
-        reader_(std::move(reader)),
-        keep_alive_(std::move(keep_alive)) {
-    for (std::size_t i = 0; i < entries_.size(); ++i) {
-      if (!by_path_.emplace(entries_[i].path.segments(), i).second)
-        throw CorruptCheckpointError(checkpoint_, entries_[i].path.str(), "leaf appears twice in the checkpoint");
-    }
-    // A leaf cannot also be an inner node (a.b and a.b.c both leaves).
-    for (auto it = by_path_.begin(); it != by_path_.end(); ++it) {
-      auto next = std::next(it);
-      if (next != by_path_.end() && next->first.size() > it->first.size() &&
-          std::equal(it->first.begin(), it->first.end(), next->first.begin()))
-        throw CorruptCheckpointError(checkpoint_, entries_[it->second].path.str(),
-                                     "path is both a leaf and an inner node");
-    }
-  }
+        std::shared_ptr<const IndexReader> reader, std::shared_ptr<const void> keep_alive);
 
   const std::string& checkpoint() const noexcept { return checkpoint_; }
   const IndexInfo& info() const noexcept { return info_; }
@@ -175,11 +159,17 @@ class Index {
   static bool starts_with(const std::vector<std::string>& v, const std::vector<std::string>& pre) {
     return v.size() >= pre.size() && std::equal(pre.begin(), pre.end(), v.begin());
   }
+  const std::vector<std::string>& segments(std::uint32_t i) const { return entries_[i].path.segments(); }
+  // The first entry (in sorted_) whose path is not less than p.
+  std::vector<std::uint32_t>::const_iterator lower_bound(const std::vector<std::string>& p) const;
 
   std::string checkpoint_;
   IndexInfo info_;
   std::vector<IndexEntry> entries_;
-  std::map<std::vector<std::string>, std::size_t> by_path_;
+  // Entry numbers in path order (segment by segment): lookups are binary searches, and
+  // a subtree is a range. A sorted vector rather than a map: no copy of any path, and
+  // opening 20,000 leaves builds it in one sort instead of 20,000 node allocations.
+  std::vector<std::uint32_t> sorted_;
   std::shared_ptr<const IndexReader> reader_;
   std::shared_ptr<const void> keep_alive_;
 };
@@ -204,22 +194,51 @@ class DeferredReads {
 namespace ckpt {
 
 #if CKPT_DEFINE_API
+CKPT_API Index::Index(std::string checkpoint, IndexInfo info, std::vector<IndexEntry> entries,
+                      std::shared_ptr<const IndexReader> reader, std::shared_ptr<const void> keep_alive)
+    : checkpoint_(std::move(checkpoint)),
+      info_(std::move(info)),
+      entries_(std::move(entries)),
+      reader_(std::move(reader)),
+      keep_alive_(std::move(keep_alive)) {
+  if (entries_.size() > std::numeric_limits<std::uint32_t>::max())
+    throw CorruptCheckpointError(checkpoint_, "", "more than 2^32 leaves");
+  sorted_.resize(entries_.size());
+  for (std::size_t i = 0; i < sorted_.size(); ++i) sorted_[i] = static_cast<std::uint32_t>(i);
+  // stable: of two equal paths the first is reported, as the order in the file has it
+  std::stable_sort(sorted_.begin(), sorted_.end(), [&](std::uint32_t a, std::uint32_t b) { return segments(a) < segments(b); });
+  for (std::size_t k = 1; k < sorted_.size(); ++k) {
+    const auto& a = segments(sorted_[k - 1]);
+    const auto& b = segments(sorted_[k]);
+    if (a == b)
+      throw CorruptCheckpointError(checkpoint_, entries_[sorted_[k]].path.str(), "leaf appears twice in the checkpoint");
+    if (b.size() > a.size() && std::equal(a.begin(), a.end(), b.begin()))
+      throw CorruptCheckpointError(checkpoint_, entries_[sorted_[k - 1]].path.str(),
+                                   "path is both a leaf and an inner node");
+  }
+}
+
+CKPT_API std::vector<std::uint32_t>::const_iterator Index::lower_bound(const std::vector<std::string>& p) const {
+  return std::lower_bound(sorted_.begin(), sorted_.end(), p,
+                          [&](std::uint32_t i, const std::vector<std::string>& key) { return segments(i) < key; });
+}
+
 CKPT_API const IndexEntry* Index::find(const Path& p) const {
-  auto it = by_path_.find(p.segments());
-  return it == by_path_.end() ? nullptr : &entries_[it->second];
+  auto it = lower_bound(p.segments());
+  return it != sorted_.end() && segments(*it) == p.segments() ? &entries_[*it] : nullptr;
 }
 
 CKPT_API bool Index::has_subtree(const Path& p) const {
-  auto it = by_path_.lower_bound(p.segments());
-  return it != by_path_.end() && starts_with(it->first, p.segments());
+  auto it = lower_bound(p.segments());
+  return it != sorted_.end() && starts_with(segments(*it), p.segments());
 }
 
 CKPT_API std::vector<std::string> Index::children(const Path& p) const {
   std::vector<std::string> out;
   const auto& pre = p.segments();
-  for (auto it = by_path_.lower_bound(pre); it != by_path_.end() && starts_with(it->first, pre); ++it) {
-    if (it->first.size() == pre.size()) continue;
-    const std::string& seg = it->first[pre.size()];
+  for (auto it = lower_bound(pre); it != sorted_.end() && starts_with(segments(*it), pre); ++it) {
+    if (segments(*it).size() == pre.size()) continue;
+    const std::string& seg = segments(*it)[pre.size()];
     if (out.empty() || out.back() != seg) out.push_back(seg);
   }
   return out;

@@ -23,7 +23,9 @@ namespace fs = std::filesystem;
 
 class Reader final : public IndexReader {
  public:
-  explicit Reader(std::map<std::string, io::File> files) : files_(std::move(files)) {}
+  Reader(const fs::path& dir, std::map<std::string, io::File> files) {
+    for (auto& [name, f] : files) files_.emplace(name, DataFile{std::move(f), dir / name});
+  }
 
   void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const override {
     if (e.file.empty()) {
@@ -32,8 +34,7 @@ class Reader final : public IndexReader {
       return;
     }
     if (!e.chunk_xxh3.empty()) return read_part(index, e, 0, dst, verify);  // version 2 (issue 11)
-    const io::File& f = files_.at(e.file);
-    const fs::path name = fs::path(index.checkpoint()) / e.file;
+    const auto& [f, name] = files_.at(e.file);
     constexpr std::size_t piece = std::size_t{1} << 20;
     io::Xxh3Stream hash;
     for (std::size_t done = 0; done < dst.size(); done += piece) {
@@ -56,7 +57,8 @@ class Reader final : public IndexReader {
       return;
     }
     try {
-      io::pread_exact(files_.at(e.file), dst, e.offset + at, fs::path(index.checkpoint()) / e.file);
+      const auto& [f, name] = files_.at(e.file);
+      io::pread_exact(f, dst, e.offset + at, name);
     } catch (const Error& err) {
       throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
     }
@@ -71,8 +73,7 @@ class Reader final : public IndexReader {
     if (e.chunk_xxh3.empty() || offset % chunk != 0 || offset > e.length || dst.size() > e.length - offset ||
         (dst.size() % chunk != 0 && offset + dst.size() != e.length))
       throw Error(index.checkpoint(), e.path.str(), "a part read not on chunk boundaries");
-    const io::File& f = files_.at(e.file);
-    const fs::path name = fs::path(index.checkpoint()) / e.file;
+    const auto& [f, name] = files_.at(e.file);
     // Ask the kernel for the whole part now: several threads read parts of one file,
     // which per-file sequential readahead alone would not see coming.
     (void)::posix_fadvise(f.fd(), static_cast<off_t>(e.offset + offset), static_cast<off_t>(dst.size()),
@@ -97,7 +98,12 @@ class Reader final : public IndexReader {
     throw CorruptCheckpointError(index.checkpoint(), e.path.str(),
                                  "checksum mismatch: the leaf's bytes were altered or torn");
   }
-  std::map<std::string, io::File> files_;
+  // Each data file open, with its path for messages (made once, not at every read).
+  struct DataFile {
+    io::File file;
+    fs::path name;
+  };
+  std::map<std::string, DataFile> files_;
 };
 
 inline bool detect(const fs::path& dir) {
@@ -165,7 +171,7 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
   // The entries' inline spans point into the parsed msgpack zone, which the Index keeps alive.
   auto keep = std::make_shared<std::pair<decltype(manifest), decltype(parsed)>>(manifest, parsed);
   return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries),
-                                       std::make_shared<Reader>(std::move(files)), keep);
+                                       std::make_shared<Reader>(dir, std::move(files)), keep);
 }
 
 }  // namespace ckpt::native_format
