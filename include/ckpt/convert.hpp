@@ -116,7 +116,7 @@ CKPT_API ConvertResult convert(const std::filesystem::path& src, const std::file
   // or JSON) are read now. What a max_memory must hold besides the writer's buffers:
   // the largest leaf read whole, or, for a target that takes leaves in memory (Flax),
   // all of them (checked by save_snapshot).
-  const bool target_streams = to.writes_streams && !storage::is_url(dst);
+  const bool target_streams = detail::takes_streams(to, dst);
   std::uint64_t largest_whole = 0;
   const IndexEntry* largest = nullptr;
   for (const IndexEntry& e : index->entries()) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/format.hpp>
@@ -33,7 +34,7 @@ CKPT_API void save_staged(const std::filesystem::path& dir, const Snapshot& snap
 CKPT_API void apply_save_options(Snapshot& snap, const SaveOptions& opts);
 
 // Streamed leaves (LeafBytes::stream) go to writers that read them piece by piece
-// (FormatEntry::writes_streams) on a local path. For any other writer, this copy of
+// (FormatEntry::writes_streams; see takes_streams). For any other writer, this copy of
 // snap holds their bytes in memory: refused, before anything is read, when those
 // bytes exceed opts.max_memory.
 CKPT_API Snapshot read_streams(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opts,
@@ -45,6 +46,12 @@ inline bool has_streams(const Snapshot& snap) {
 }
 template <class Format>
 inline constexpr bool writes_streams = requires { requires Format::writes_streams; };
+// Whether a save of this format to dir reads streamed leaves itself: the native format's
+// object-store writer (s3://, mem://) takes leaves in memory; other formats are written
+// to a local scratch directory first (storage/object_store.hpp), by their own writer.
+inline bool takes_streams(const FormatEntry& format, const std::filesystem::path& dir) {
+  return format.writes_streams && !(storage::is_url(dir) && format.write == &ckpt::native::write);
+}
 }  // namespace detail
 
 // Writes an already-taken snapshot; what the async executor calls from its thread.
@@ -54,7 +61,7 @@ inline constexpr bool writes_streams = requires { requires Format::writes_stream
 template <format_policy Format = native, class BeforeCommit>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                    BeforeCommit&& before_commit) {
-  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || storage::is_url(dir)))
+  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || (storage::is_url(dir) && std::is_same_v<Format, native>)))
     return save_snapshot<Format>(dir, detail::read_streams(snap, dir, opts, Format::name), opts,
                                  std::forward<BeforeCommit>(before_commit));
   detail::save_staged(dir, snap, opts, &Format::write, detail::BeforeCommitFn(std::forward<BeforeCommit>(before_commit)));
@@ -62,10 +69,12 @@ void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const
 
 template <format_policy Format = native>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts = {}) {
-  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || storage::is_url(dir)))
+  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || (storage::is_url(dir) && std::is_same_v<Format, native>)))
     return save_snapshot<Format>(dir, detail::read_streams(snap, dir, opts, Format::name), opts);
   if constexpr (requires { Format::save_file(dir, snap, opts); }) {
-    if (storage::is_url(dir)) throw Error(dir.string(), "", std::string(Format::name) + " checkpoints are saved to local files only");
+    // A URL is a directory: the format's directory layout, with a commit marker (Flax: a
+    // `checkpoint` object, as in a manager's step).
+    if (storage::is_url(dir)) return detail::save_staged(dir, snap, opts, &Format::write, nullptr);
     Format::save_file(dir, snap, opts);  // a single-file format (Flax msgpack) commits its file itself
   } else {
     detail::save_staged(dir, snap, opts, &Format::write, nullptr);
@@ -75,11 +84,9 @@ void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const
 // Writes a snapshot in a format chosen at run time, from the registry (the CLI's convert).
 inline void save_snapshot(const FormatEntry& format, const std::filesystem::path& dir, const Snapshot& snap,
                           const SaveOptions& opts = {}) {
-  if (detail::has_streams(snap) && (!format.writes_streams || storage::is_url(dir)))
+  if (detail::has_streams(snap) && !detail::takes_streams(format, dir))
     return save_snapshot(format, dir, detail::read_streams(snap, dir, opts, format.name), opts);
-  if (format.save_file && storage::is_url(dir))
-    throw Error(dir.string(), "", std::string(format.name) + " checkpoints are saved to local files only");
-  if (format.save_file) format.save_file(dir, snap, opts);
+  if (format.save_file && !storage::is_url(dir)) format.save_file(dir, snap, opts);  // a URL is a directory
   else if (format.write) detail::save_staged(dir, snap, opts, format.write, nullptr);
   else throw Error(dir.string(), "", "ckpt cannot write the " + std::string(format.name) + " format");
 }

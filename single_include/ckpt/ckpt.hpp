@@ -1715,7 +1715,7 @@ struct leaf_codec<lazy<U>> {
 
 #include <cstdint>
 #include <functional>
-#include <map>
+#include <limits>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -2498,26 +2498,10 @@ struct IndexInfo {
 
 class Index {
  public:
+  // Throws CorruptCheckpointError when a path appears twice, or is both a leaf and an
+  // inner node (a.b and a.b.c both leaves).
   Index(std::string checkpoint, IndexInfo info, std::vector<IndexEntry> entries,
-        std::shared_ptr<const IndexReader> reader, std::shared_ptr<const void> keep_alive)
-      : checkpoint_(std::move(checkpoint)),
-        info_(std::move(info)),
-        entries_(std::move(entries)),
-        reader_(std::move(reader)),
-        keep_alive_(std::move(keep_alive)) {
-    for (std::size_t i = 0; i < entries_.size(); ++i) {
-      if (!by_path_.emplace(entries_[i].path.segments(), i).second)
-        throw CorruptCheckpointError(checkpoint_, entries_[i].path.str(), "leaf appears twice in the checkpoint");
-    }
-    // A leaf cannot also be an inner node (a.b and a.b.c both leaves).
-    for (auto it = by_path_.begin(); it != by_path_.end(); ++it) {
-      auto next = std::next(it);
-      if (next != by_path_.end() && next->first.size() > it->first.size() &&
-          std::equal(it->first.begin(), it->first.end(), next->first.begin()))
-        throw CorruptCheckpointError(checkpoint_, entries_[it->second].path.str(),
-                                     "path is both a leaf and an inner node");
-    }
-  }
+        std::shared_ptr<const IndexReader> reader, std::shared_ptr<const void> keep_alive);
 
   const std::string& checkpoint() const noexcept { return checkpoint_; }
   const IndexInfo& info() const noexcept { return info_; }
@@ -2559,11 +2543,17 @@ class Index {
   static bool starts_with(const std::vector<std::string>& v, const std::vector<std::string>& pre) {
     return v.size() >= pre.size() && std::equal(pre.begin(), pre.end(), v.begin());
   }
+  const std::vector<std::string>& segments(std::uint32_t i) const { return entries_[i].path.segments(); }
+  // The first entry (in sorted_) whose path is not less than p.
+  std::vector<std::uint32_t>::const_iterator lower_bound(const std::vector<std::string>& p) const;
 
   std::string checkpoint_;
   IndexInfo info_;
   std::vector<IndexEntry> entries_;
-  std::map<std::vector<std::string>, std::size_t> by_path_;
+  // Entry numbers in path order (segment by segment): lookups are binary searches, and
+  // a subtree is a range. A sorted vector rather than a map: no copy of any path, and
+  // opening 20,000 leaves builds it in one sort instead of 20,000 node allocations.
+  std::vector<std::uint32_t> sorted_;
   std::shared_ptr<const IndexReader> reader_;
   std::shared_ptr<const void> keep_alive_;
 };
@@ -2662,22 +2652,51 @@ inline void LeafVerifier::update(std::span<const std::byte> bytes) {
 namespace ckpt {
 
 #if CKPT_DEFINE_API
+CKPT_API Index::Index(std::string checkpoint, IndexInfo info, std::vector<IndexEntry> entries,
+                      std::shared_ptr<const IndexReader> reader, std::shared_ptr<const void> keep_alive)
+    : checkpoint_(std::move(checkpoint)),
+      info_(std::move(info)),
+      entries_(std::move(entries)),
+      reader_(std::move(reader)),
+      keep_alive_(std::move(keep_alive)) {
+  if (entries_.size() > std::numeric_limits<std::uint32_t>::max())
+    throw CorruptCheckpointError(checkpoint_, "", "more than 2^32 leaves");
+  sorted_.resize(entries_.size());
+  for (std::size_t i = 0; i < sorted_.size(); ++i) sorted_[i] = static_cast<std::uint32_t>(i);
+  // stable: of two equal paths the first is reported, as the order in the file has it
+  std::stable_sort(sorted_.begin(), sorted_.end(), [&](std::uint32_t a, std::uint32_t b) { return segments(a) < segments(b); });
+  for (std::size_t k = 1; k < sorted_.size(); ++k) {
+    const auto& a = segments(sorted_[k - 1]);
+    const auto& b = segments(sorted_[k]);
+    if (a == b)
+      throw CorruptCheckpointError(checkpoint_, entries_[sorted_[k]].path.str(), "leaf appears twice in the checkpoint");
+    if (b.size() > a.size() && std::equal(a.begin(), a.end(), b.begin()))
+      throw CorruptCheckpointError(checkpoint_, entries_[sorted_[k - 1]].path.str(),
+                                   "path is both a leaf and an inner node");
+  }
+}
+
+CKPT_API std::vector<std::uint32_t>::const_iterator Index::lower_bound(const std::vector<std::string>& p) const {
+  return std::lower_bound(sorted_.begin(), sorted_.end(), p,
+                          [&](std::uint32_t i, const std::vector<std::string>& key) { return segments(i) < key; });
+}
+
 CKPT_API const IndexEntry* Index::find(const Path& p) const {
-  auto it = by_path_.find(p.segments());
-  return it == by_path_.end() ? nullptr : &entries_[it->second];
+  auto it = lower_bound(p.segments());
+  return it != sorted_.end() && segments(*it) == p.segments() ? &entries_[*it] : nullptr;
 }
 
 CKPT_API bool Index::has_subtree(const Path& p) const {
-  auto it = by_path_.lower_bound(p.segments());
-  return it != by_path_.end() && starts_with(it->first, p.segments());
+  auto it = lower_bound(p.segments());
+  return it != sorted_.end() && starts_with(segments(*it), p.segments());
 }
 
 CKPT_API std::vector<std::string> Index::children(const Path& p) const {
   std::vector<std::string> out;
   const auto& pre = p.segments();
-  for (auto it = by_path_.lower_bound(pre); it != by_path_.end() && starts_with(it->first, pre); ++it) {
-    if (it->first.size() == pre.size()) continue;
-    const std::string& seg = it->first[pre.size()];
+  for (auto it = lower_bound(pre); it != sorted_.end() && starts_with(segments(*it), pre); ++it) {
+    if (segments(*it).size() == pre.size()) continue;
+    const std::string& seg = segments(*it)[pre.size()];
     if (out.empty() || out.back() != seg) out.push_back(seg);
   }
   return out;
@@ -4398,7 +4417,9 @@ namespace fs = std::filesystem;
 
 class Reader final : public IndexReader {
  public:
-  explicit Reader(std::map<std::string, io::File> files) : files_(std::move(files)) {}
+  Reader(const fs::path& dir, std::map<std::string, io::File> files) {
+    for (auto& [name, f] : files) files_.emplace(name, DataFile{std::move(f), dir / name});
+  }
 
   void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const override {
     if (e.file.empty()) {
@@ -4407,8 +4428,7 @@ class Reader final : public IndexReader {
       return;
     }
     if (!e.chunk_xxh3.empty()) return read_part(index, e, 0, dst, verify);  // version 2 (issue 11)
-    const io::File& f = files_.at(e.file);
-    const fs::path name = fs::path(index.checkpoint()) / e.file;
+    const auto& [f, name] = files_.at(e.file);
     constexpr std::size_t piece = std::size_t{1} << 20;
     io::Xxh3Stream hash;
     for (std::size_t done = 0; done < dst.size(); done += piece) {
@@ -4431,7 +4451,8 @@ class Reader final : public IndexReader {
       return;
     }
     try {
-      io::pread_exact(files_.at(e.file), dst, e.offset + at, fs::path(index.checkpoint()) / e.file);
+      const auto& [f, name] = files_.at(e.file);
+      io::pread_exact(f, dst, e.offset + at, name);
     } catch (const Error& err) {
       throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
     }
@@ -4446,8 +4467,7 @@ class Reader final : public IndexReader {
     if (e.chunk_xxh3.empty() || offset % chunk != 0 || offset > e.length || dst.size() > e.length - offset ||
         (dst.size() % chunk != 0 && offset + dst.size() != e.length))
       throw Error(index.checkpoint(), e.path.str(), "a part read not on chunk boundaries");
-    const io::File& f = files_.at(e.file);
-    const fs::path name = fs::path(index.checkpoint()) / e.file;
+    const auto& [f, name] = files_.at(e.file);
     // Ask the kernel for the whole part now: several threads read parts of one file,
     // which per-file sequential readahead alone would not see coming.
     (void)::posix_fadvise(f.fd(), static_cast<off_t>(e.offset + offset), static_cast<off_t>(dst.size()),
@@ -4472,7 +4492,12 @@ class Reader final : public IndexReader {
     throw CorruptCheckpointError(index.checkpoint(), e.path.str(),
                                  "checksum mismatch: the leaf's bytes were altered or torn");
   }
-  std::map<std::string, io::File> files_;
+  // Each data file open, with its path for messages (made once, not at every read).
+  struct DataFile {
+    io::File file;
+    fs::path name;
+  };
+  std::map<std::string, DataFile> files_;
 };
 
 inline bool detect(const fs::path& dir) {
@@ -4540,7 +4565,7 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
   // The entries' inline spans point into the parsed msgpack zone, which the Index keeps alive.
   auto keep = std::make_shared<std::pair<decltype(manifest), decltype(parsed)>>(manifest, parsed);
   return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries),
-                                       std::make_shared<Reader>(std::move(files)), keep);
+                                       std::make_shared<Reader>(dir, std::move(files)), keep);
 }
 
 }  // namespace ckpt::native_format
@@ -5361,6 +5386,7 @@ CKPT_API std::shared_ptr<const Index> open_index(const std::filesystem::path& pa
 #include <functional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 // begin ckpt/io/staging_dir.hpp
 // ckpt/io/staging_dir.hpp — write somewhere invisible, then make it appear whole.
@@ -5645,7 +5671,7 @@ CKPT_API void save_staged(const std::filesystem::path& dir, const Snapshot& snap
 CKPT_API void apply_save_options(Snapshot& snap, const SaveOptions& opts);
 
 // Streamed leaves (LeafBytes::stream) go to writers that read them piece by piece
-// (FormatEntry::writes_streams) on a local path. For any other writer, this copy of
+// (FormatEntry::writes_streams; see takes_streams). For any other writer, this copy of
 // snap holds their bytes in memory: refused, before anything is read, when those
 // bytes exceed opts.max_memory.
 CKPT_API Snapshot read_streams(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opts,
@@ -5657,6 +5683,12 @@ inline bool has_streams(const Snapshot& snap) {
 }
 template <class Format>
 inline constexpr bool writes_streams = requires { requires Format::writes_streams; };
+// Whether a save of this format to dir reads streamed leaves itself: the native format's
+// object-store writer (s3://, mem://) takes leaves in memory; other formats are written
+// to a local scratch directory first (storage/object_store.hpp), by their own writer.
+inline bool takes_streams(const FormatEntry& format, const std::filesystem::path& dir) {
+  return format.writes_streams && !(storage::is_url(dir) && format.write == &ckpt::native::write);
+}
 }  // namespace detail
 
 // Writes an already-taken snapshot; what the async executor calls from its thread.
@@ -5666,7 +5698,7 @@ inline constexpr bool writes_streams = requires { requires Format::writes_stream
 template <format_policy Format = native, class BeforeCommit>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                    BeforeCommit&& before_commit) {
-  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || storage::is_url(dir)))
+  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || (storage::is_url(dir) && std::is_same_v<Format, native>)))
     return save_snapshot<Format>(dir, detail::read_streams(snap, dir, opts, Format::name), opts,
                                  std::forward<BeforeCommit>(before_commit));
   detail::save_staged(dir, snap, opts, &Format::write, detail::BeforeCommitFn(std::forward<BeforeCommit>(before_commit)));
@@ -5674,10 +5706,12 @@ void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const
 
 template <format_policy Format = native>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts = {}) {
-  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || storage::is_url(dir)))
+  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || (storage::is_url(dir) && std::is_same_v<Format, native>)))
     return save_snapshot<Format>(dir, detail::read_streams(snap, dir, opts, Format::name), opts);
   if constexpr (requires { Format::save_file(dir, snap, opts); }) {
-    if (storage::is_url(dir)) throw Error(dir.string(), "", std::string(Format::name) + " checkpoints are saved to local files only");
+    // A URL is a directory: the format's directory layout, with a commit marker (Flax: a
+    // `checkpoint` object, as in a manager's step).
+    if (storage::is_url(dir)) return detail::save_staged(dir, snap, opts, &Format::write, nullptr);
     Format::save_file(dir, snap, opts);  // a single-file format (Flax msgpack) commits its file itself
   } else {
     detail::save_staged(dir, snap, opts, &Format::write, nullptr);
@@ -5687,11 +5721,9 @@ void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const
 // Writes a snapshot in a format chosen at run time, from the registry (the CLI's convert).
 inline void save_snapshot(const FormatEntry& format, const std::filesystem::path& dir, const Snapshot& snap,
                           const SaveOptions& opts = {}) {
-  if (detail::has_streams(snap) && (!format.writes_streams || storage::is_url(dir)))
+  if (detail::has_streams(snap) && !detail::takes_streams(format, dir))
     return save_snapshot(format, dir, detail::read_streams(snap, dir, opts, format.name), opts);
-  if (format.save_file && storage::is_url(dir))
-    throw Error(dir.string(), "", std::string(format.name) + " checkpoints are saved to local files only");
-  if (format.save_file) format.save_file(dir, snap, opts);
+  if (format.save_file && !storage::is_url(dir)) format.save_file(dir, snap, opts);  // a URL is a directory
   else if (format.write) detail::save_staged(dir, snap, opts, format.write, nullptr);
   else throw Error(dir.string(), "", "ckpt cannot write the " + std::string(format.name) + " format");
 }
@@ -6098,7 +6130,7 @@ CKPT_API ConvertResult convert(const std::filesystem::path& src, const std::file
   // or JSON) are read now. What a max_memory must hold besides the writer's buffers:
   // the largest leaf read whole, or, for a target that takes leaves in memory (Flax),
   // all of them (checked by save_snapshot).
-  const bool target_streams = to.writes_streams && !storage::is_url(dst);
+  const bool target_streams = detail::takes_streams(to, dst);
   std::uint64_t largest_whole = 0;
   const IndexEntry* largest = nullptr;
   for (const IndexEntry& e : index->entries()) {
@@ -15718,15 +15750,18 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
-// Uploads every regular file under dir as <loc>/<relative path>.
+// Uploads every regular file under dir as <loc>/<relative path>, each from a read-only
+// mapping (not a copy on the heap). A top-level commit marker (Orbax writes one) is not
+// uploaded: the save writes the object store's own marker last, after everything else.
 inline void upload_tree(const std::filesystem::path& dir, const Location& loc) {
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
        it.increment(ec)) {
     if (!it->is_regular_file(ec)) continue;
     const auto rel = it->path().lexically_relative(dir).generic_string();
-    const auto bytes = io::read_file(it->path(), std::uint64_t{1} << 40);
-    loc.storage->put(loc.key(rel), ConstBytes(bytes));
+    if (rel == commit_marker) continue;
+    const auto file = io::MappedFile::open(it->path());
+    loc.storage->put(loc.key(rel), ConstBytes(file->bytes()));
   }
   if (ec) throw Error(dir.string(), "", "cannot list the files to upload: " + ec.message());
 }
@@ -15982,11 +16017,52 @@ inline void remove_checkpoint(const Location& loc) {
   if (!keys.empty()) loc.storage->remove(keys);
 }
 
+// --- every other format on objects (issue 12) ---------------------------------------
+// Written by the format's own writer into a local scratch directory and uploaded file
+// by file; opened by downloading the checkpoint's objects into a scratch directory that
+// the Index keeps while it lives, then detected as a local directory is. Whole-checkpoint
+// transfers: right for what the interop formats carry (exports, conversions, a t5x or
+// Orbax step), where the native format reads only the ranges a restore needs.
+namespace interop_objects {
+
+inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& opts, FormatWriteFn write) {
+  detail::ScratchDir scratch;
+  write(snap, scratch.path(), opts);
+  detail::upload_tree(scratch.path(), loc);
+}
+
+inline std::shared_ptr<const Index> open(const Location& loc, const std::vector<std::string>& keys) {
+  const std::string dir = loc.prefix.empty() ? std::string() : loc.prefix + "/";
+  auto scratch = std::make_shared<detail::ScratchDir>();
+  std::uint64_t total = 0;
+  for (const auto& key : keys) {
+    const std::string rel = key.substr(dir.size());
+    // Keys come from the bucket: each one must name a file inside the scratch directory.
+    const std::filesystem::path r(rel);
+    bool safe = !rel.empty() && r.is_relative();
+    for (const auto& seg : r) safe = safe && !seg.empty() && seg != "." && seg != "..";
+    if (!safe) throw CorruptCheckpointError(loc.url, "", "object " + quote_for_message(key) + " cannot be a file of a checkpoint");
+    const auto bytes = loc.storage->read_all(key, std::uint64_t{1} << 40);
+    if (!bytes) continue;  // deleted since the listing
+    total += bytes->size();
+    const auto file = scratch->path() / r;
+    std::filesystem::create_directories(file.parent_path());
+    io::write_file_synced(file, *bytes);
+  }
+  const FormatEntry* f = detect_format_entry(scratch->path());
+  if (!f)
+    throw Error(loc.url, "", "no checkpoint format this program reads is here (" + std::to_string(keys.size()) +
+                                 " objects; formats: " + registered_format_names() + ")");
+  const auto inner = ckpt::detail::open_with(*f, scratch->path());
+  // Named by its URL; the entries' memory and the files stay with the inner Index.
+  auto keep = std::make_shared<std::pair<std::shared_ptr<const Index>, std::shared_ptr<detail::ScratchDir>>>(inner, scratch);
+  return std::make_shared<const Index>(loc.url, inner->info(), inner->entries(), inner->reader(), keep);
+}
+
+}  // namespace interop_objects
+
 inline void save(const Location& loc, const Snapshot& snap, const SaveOptions& opts, FormatWriteFn write,
                  const BeforeCommitFn& before_commit) {
-  if (write != &native::write)
-    throw Error(loc.url, "", "only the native format can be saved to an object store; save other formats to a local "
-                             "directory");
   const std::string dir = loc.prefix.empty() ? std::string() : loc.prefix + "/";
   const auto existing = loc.storage->list(dir);
   if (!existing.empty()) {
@@ -15994,7 +16070,8 @@ inline void save(const Location& loc, const Snapshot& snap, const SaveOptions& o
       throw Error(loc.url, "", "a checkpoint already exists here (pass .force = true to overwrite)");
     remove_checkpoint(loc);  // the old checkpoint, or what an interrupted save left
   }
-  native_objects::write(loc, snap, opts);
+  if (write == &ckpt::native::write) native_objects::write(loc, snap, opts);
+  else interop_objects::write(loc, snap, opts, write);
   if (before_commit) {
     detail::ScratchDir scratch;
     before_commit(scratch.path());
@@ -16019,7 +16096,12 @@ inline std::shared_ptr<const Index> open_index(const Location& loc) {
                                        "): not a complete checkpoint (a save was interrupted or is in progress?)"
                                  : "no checkpoint here (no object under this prefix)");
   }
-  return native_objects::open(loc);
+  // The native format is read object by object, range by range; any other is downloaded.
+  if (loc.storage->size(loc.key(native_format::commit_file))) return native_objects::open(loc);
+  const std::string dir = loc.prefix.empty() ? std::string() : loc.prefix + "/";
+  auto keys = loc.storage->list(dir);
+  std::erase(keys, loc.key(commit_marker));
+  return interop_objects::open(loc, keys);
 }
 
 // What a scheme's header passes to register_url_scheme.

@@ -32,9 +32,11 @@
 #include <ckpt/format/native.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/writer.hpp>
+#include <ckpt/format/registry.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/file.hpp>
+#include <ckpt/io/mapped_file.hpp>
 #include <ckpt/io/staging_dir.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
@@ -66,15 +68,18 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
-// Uploads every regular file under dir as <loc>/<relative path>.
+// Uploads every regular file under dir as <loc>/<relative path>, each from a read-only
+// mapping (not a copy on the heap). A top-level commit marker (Orbax writes one) is not
+// uploaded: the save writes the object store's own marker last, after everything else.
 inline void upload_tree(const std::filesystem::path& dir, const Location& loc) {
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
        it.increment(ec)) {
     if (!it->is_regular_file(ec)) continue;
     const auto rel = it->path().lexically_relative(dir).generic_string();
-    const auto bytes = io::read_file(it->path(), std::uint64_t{1} << 40);
-    loc.storage->put(loc.key(rel), ConstBytes(bytes));
+    if (rel == commit_marker) continue;
+    const auto file = io::MappedFile::open(it->path());
+    loc.storage->put(loc.key(rel), ConstBytes(file->bytes()));
   }
   if (ec) throw Error(dir.string(), "", "cannot list the files to upload: " + ec.message());
 }
@@ -330,11 +335,52 @@ inline void remove_checkpoint(const Location& loc) {
   if (!keys.empty()) loc.storage->remove(keys);
 }
 
+// --- every other format on objects (issue 12) ---------------------------------------
+// Written by the format's own writer into a local scratch directory and uploaded file
+// by file; opened by downloading the checkpoint's objects into a scratch directory that
+// the Index keeps while it lives, then detected as a local directory is. Whole-checkpoint
+// transfers: right for what the interop formats carry (exports, conversions, a t5x or
+// Orbax step), where the native format reads only the ranges a restore needs.
+namespace interop_objects {
+
+inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& opts, FormatWriteFn write) {
+  detail::ScratchDir scratch;
+  write(snap, scratch.path(), opts);
+  detail::upload_tree(scratch.path(), loc);
+}
+
+inline std::shared_ptr<const Index> open(const Location& loc, const std::vector<std::string>& keys) {
+  const std::string dir = loc.prefix.empty() ? std::string() : loc.prefix + "/";
+  auto scratch = std::make_shared<detail::ScratchDir>();
+  std::uint64_t total = 0;
+  for (const auto& key : keys) {
+    const std::string rel = key.substr(dir.size());
+    // Keys come from the bucket: each one must name a file inside the scratch directory.
+    const std::filesystem::path r(rel);
+    bool safe = !rel.empty() && r.is_relative();
+    for (const auto& seg : r) safe = safe && !seg.empty() && seg != "." && seg != "..";
+    if (!safe) throw CorruptCheckpointError(loc.url, "", "object " + quote_for_message(key) + " cannot be a file of a checkpoint");
+    const auto bytes = loc.storage->read_all(key, std::uint64_t{1} << 40);
+    if (!bytes) continue;  // deleted since the listing
+    total += bytes->size();
+    const auto file = scratch->path() / r;
+    std::filesystem::create_directories(file.parent_path());
+    io::write_file_synced(file, *bytes);
+  }
+  const FormatEntry* f = detect_format_entry(scratch->path());
+  if (!f)
+    throw Error(loc.url, "", "no checkpoint format this program reads is here (" + std::to_string(keys.size()) +
+                                 " objects; formats: " + registered_format_names() + ")");
+  const auto inner = ckpt::detail::open_with(*f, scratch->path());
+  // Named by its URL; the entries' memory and the files stay with the inner Index.
+  auto keep = std::make_shared<std::pair<std::shared_ptr<const Index>, std::shared_ptr<detail::ScratchDir>>>(inner, scratch);
+  return std::make_shared<const Index>(loc.url, inner->info(), inner->entries(), inner->reader(), keep);
+}
+
+}  // namespace interop_objects
+
 inline void save(const Location& loc, const Snapshot& snap, const SaveOptions& opts, FormatWriteFn write,
                  const BeforeCommitFn& before_commit) {
-  if (write != &native::write)
-    throw Error(loc.url, "", "only the native format can be saved to an object store; save other formats to a local "
-                             "directory");
   const std::string dir = loc.prefix.empty() ? std::string() : loc.prefix + "/";
   const auto existing = loc.storage->list(dir);
   if (!existing.empty()) {
@@ -342,7 +388,8 @@ inline void save(const Location& loc, const Snapshot& snap, const SaveOptions& o
       throw Error(loc.url, "", "a checkpoint already exists here (pass .force = true to overwrite)");
     remove_checkpoint(loc);  // the old checkpoint, or what an interrupted save left
   }
-  native_objects::write(loc, snap, opts);
+  if (write == &ckpt::native::write) native_objects::write(loc, snap, opts);
+  else interop_objects::write(loc, snap, opts, write);
   if (before_commit) {
     detail::ScratchDir scratch;
     before_commit(scratch.path());
@@ -367,7 +414,12 @@ inline std::shared_ptr<const Index> open_index(const Location& loc) {
                                        "): not a complete checkpoint (a save was interrupted or is in progress?)"
                                  : "no checkpoint here (no object under this prefix)");
   }
-  return native_objects::open(loc);
+  // The native format is read object by object, range by range; any other is downloaded.
+  if (loc.storage->size(loc.key(native_format::commit_file))) return native_objects::open(loc);
+  const std::string dir = loc.prefix.empty() ? std::string() : loc.prefix + "/";
+  auto keys = loc.storage->list(dir);
+  std::erase(keys, loc.key(commit_marker));
+  return interop_objects::open(loc, keys);
 }
 
 // What a scheme's header passes to register_url_scheme.
