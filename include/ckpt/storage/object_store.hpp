@@ -352,7 +352,6 @@ inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& 
 inline std::shared_ptr<const Index> open(const Location& loc, const std::vector<std::string>& keys) {
   const std::string dir = loc.prefix.empty() ? std::string() : loc.prefix + "/";
   auto scratch = std::make_shared<detail::ScratchDir>();
-  std::uint64_t total = 0;
   for (const auto& key : keys) {
     const std::string rel = key.substr(dir.size());
     // Keys come from the bucket: each one must name a file inside the scratch directory.
@@ -362,7 +361,6 @@ inline std::shared_ptr<const Index> open(const Location& loc, const std::vector<
     if (!safe) throw CorruptCheckpointError(loc.url, "", "object " + quote_for_message(key) + " cannot be a file of a checkpoint");
     const auto bytes = loc.storage->read_all(key, std::uint64_t{1} << 40);
     if (!bytes) continue;  // deleted since the listing
-    total += bytes->size();
     const auto file = scratch->path() / r;
     std::filesystem::create_directories(file.parent_path());
     io::write_file_synced(file, *bytes);
