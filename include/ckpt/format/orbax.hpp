@@ -330,34 +330,9 @@ inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::Arr
                       exec::ProgressTracker* progress = nullptr) {
   const std::string zarray = zarray_text(m);
   w.put(name + "/.zarray", std::as_bytes(std::span(zarray)));
-  io::blosc_params bp = m.blosc;
-  bp.typesize = dtype_size(m.type);
-  std::vector<std::byte> buf;  // a streamed leaf's current chunk
-  if (m.shape.empty()) {
-    w.put(name + "/0", io::compress(m.compressor, m.level, zarr::leaf_part(src, 0, static_cast<std::size_t>(src.size()), buf), bp));
-    if (progress) progress->add(src.size(), 0);
-    return;
-  }
-  if (element_count(m.shape) == 0) return;
-  const std::uint64_t chunk = m.chunk_bytes();
-  const auto n = static_cast<std::uint64_t>((m.shape[0] + m.chunks[0] - 1) / m.chunks[0]);
-  std::vector<std::byte> edge;
-  for (std::uint64_t i = 0; i < n; ++i) {
-    const std::uint64_t off = i * chunk;
-    std::span<const std::byte> part =
-        zarr::leaf_part(src, off, static_cast<std::size_t>(std::min<std::uint64_t>(chunk, src.size() - off)), buf);
-    if (part.size() < chunk) {  // edge chunks are stored full size, padded with zeros
-      edge.assign(part.begin(), part.end());
-      edge.resize(chunk);
-      part = edge;
-    }
-    std::vector<std::int64_t> idx(m.shape.size(), 0);
-    idx[0] = static_cast<std::int64_t>(i);
-    const std::string key = name + "/" + zarr::chunk_key(idx, '.');
-    if (m.compressor == io::codec::none) w.put(key, part);
-    else w.put(key, io::compress(m.compressor, m.level, part, bp));
-    if (progress) progress->add(std::min<std::uint64_t>(chunk, src.size() - off), 0);
-  }
+  zarr::encode_chunks(
+      m, src, '.', [&](const std::string& key, std::span<const std::byte> bytes) { w.put(name + "/" + key, bytes); },
+      progress);
 }
 }  // namespace detail::orbax
 
