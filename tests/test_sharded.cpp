@@ -333,7 +333,18 @@ TEST_CASE("mpi np4: replicas are written once; large replicated leaves are sprea
   for (std::size_t i = 0; i < n; ++i) s.w.local[i] = static_cast<float>(shard * n + i);
   s.embed = xt::zeros<double>({std::size_t{512}, std::size_t{1024}});
   for (std::size_t i = 0; i < s.embed.size(); ++i) s.embed.data()[i] = static_cast<double>(i % 1000);
-  ckpt::mpi::save(world, dir / "c", s);
+  // Each rank reports its own share of the writing to its progress callback.
+  ckpt::Progress last{};
+  int calls = 0;
+  ckpt::mpi::save(world, dir / "c", s, {.progress = [&](const ckpt::Progress& p) {
+                                          last = p;
+                                          ++calls;
+                                          return true;
+                                        }});
+  CHECK(calls >= 2);
+  CHECK(last.bytes_done == last.bytes_total);
+  CHECK(last.bytes_total > 0);  // every rank writes a part (below)
+  CHECK(last.leaves_done == last.leaves_total);
 
   if (world.rank() == 0) {
     std::uintmax_t on_disk = 0;

@@ -10624,18 +10624,23 @@ inline std::span<const std::byte> leaf_part(const LeafBytes& d, std::uint64_t of
   return buf;
 }
 
-// Reports each chunk's bytes to progress (SaveOptions::progress) when given.
-inline void write_array(const fs::path& dir, const ArrayMeta& m, const LeafBytes& src,
-                        exec::ProgressTracker* progress = nullptr) {
-  fs::create_directory(dir);
-  const std::string zarray = zarray_json(m).dump(4);
-  io::write_file_synced(dir / ".zarray", std::as_bytes(std::span(zarray)));
+// Encodes a leaf as the chunks of array m: cut along the first dimension, edge chunks
+// stored full size (padded with the fill value 0), each compressed on its own; hands
+// each to put(key, bytes), key as chunk_key(index, separator) ("0" for a 0-d array),
+// and reports its bytes to progress (SaveOptions::progress) when given. The one chunk
+// loop of the directory writer below and of the OCDBT one (format/orbax.hpp).
+inline void encode_chunks(const ArrayMeta& m, const LeafBytes& src, char separator,
+                          const std::function<void(const std::string&, std::span<const std::byte>)>& put,
+                          exec::ProgressTracker* progress = nullptr) {
   io::blosc_params bp = m.blosc;
   bp.typesize = dtype_size(m.type);
+  auto emit = [&](const std::string& key, std::span<const std::byte> part) {
+    if (m.compressor == io::codec::none) put(key, part);
+    else put(key, io::compress(m.compressor, m.level, part, bp));
+  };
   std::vector<std::byte> buf;  // a streamed leaf's current chunk
   if (m.shape.empty()) {
-    const auto out = io::compress(m.compressor, m.level, leaf_part(src, 0, static_cast<std::size_t>(src.size()), buf), bp);
-    io::write_file_synced(dir / "0", out);
+    emit("0", leaf_part(src, 0, static_cast<std::size_t>(src.size()), buf));
     if (progress) progress->add(src.size(), 0);
     return;
   }
@@ -10645,19 +10650,29 @@ inline void write_array(const fs::path& dir, const ArrayMeta& m, const LeafBytes
   std::vector<std::byte> edge;
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::uint64_t off = i * chunk;
-    std::span<const std::byte> part = leaf_part(src, off, static_cast<std::size_t>(std::min<std::uint64_t>(chunk, src.size() - off)), buf);
-    if (part.size() < chunk) {  // edge chunks are stored full size, padded with the fill value (0)
+    const auto len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, src.size() - off));
+    std::span<const std::byte> part = leaf_part(src, off, len, buf);
+    if (part.size() < chunk) {
       edge.assign(part.begin(), part.end());
       edge.resize(chunk);
       part = edge;
     }
     std::vector<std::int64_t> idx(m.shape.size(), 0);
     idx[0] = static_cast<std::int64_t>(i);
-    const fs::path file = dir / chunk_key(idx, m.separator);
-    if (m.compressor == io::codec::none) io::write_file_synced(file, part);
-    else io::write_file_synced(file, io::compress(m.compressor, m.level, part, bp));
-    if (progress) progress->add(std::min<std::uint64_t>(chunk, src.size() - off), 0);
+    emit(chunk_key(idx, separator), part);
+    if (progress) progress->add(len, 0);
   }
+}
+
+inline void write_array(const fs::path& dir, const ArrayMeta& m, const LeafBytes& src,
+                        exec::ProgressTracker* progress = nullptr) {
+  fs::create_directory(dir);
+  const std::string zarray = zarray_json(m).dump(4);
+  io::write_file_synced(dir / ".zarray", std::as_bytes(std::span(zarray)));
+  encode_chunks(
+      m, src, m.separator,
+      [&](const std::string& key, std::span<const std::byte> bytes) { io::write_file_synced(dir / key, bytes); },
+      progress);
 }
 
 // Opens an array directory: parses .zarray (or uses `given`) and checks it is plausible.
@@ -13713,34 +13728,9 @@ inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::Arr
                       exec::ProgressTracker* progress = nullptr) {
   const std::string zarray = zarray_text(m);
   w.put(name + "/.zarray", std::as_bytes(std::span(zarray)));
-  io::blosc_params bp = m.blosc;
-  bp.typesize = dtype_size(m.type);
-  std::vector<std::byte> buf;  // a streamed leaf's current chunk
-  if (m.shape.empty()) {
-    w.put(name + "/0", io::compress(m.compressor, m.level, zarr::leaf_part(src, 0, static_cast<std::size_t>(src.size()), buf), bp));
-    if (progress) progress->add(src.size(), 0);
-    return;
-  }
-  if (element_count(m.shape) == 0) return;
-  const std::uint64_t chunk = m.chunk_bytes();
-  const auto n = static_cast<std::uint64_t>((m.shape[0] + m.chunks[0] - 1) / m.chunks[0]);
-  std::vector<std::byte> edge;
-  for (std::uint64_t i = 0; i < n; ++i) {
-    const std::uint64_t off = i * chunk;
-    std::span<const std::byte> part =
-        zarr::leaf_part(src, off, static_cast<std::size_t>(std::min<std::uint64_t>(chunk, src.size() - off)), buf);
-    if (part.size() < chunk) {  // edge chunks are stored full size, padded with zeros
-      edge.assign(part.begin(), part.end());
-      edge.resize(chunk);
-      part = edge;
-    }
-    std::vector<std::int64_t> idx(m.shape.size(), 0);
-    idx[0] = static_cast<std::int64_t>(i);
-    const std::string key = name + "/" + zarr::chunk_key(idx, '.');
-    if (m.compressor == io::codec::none) w.put(key, part);
-    else w.put(key, io::compress(m.compressor, m.level, part, bp));
-    if (progress) progress->add(std::min<std::uint64_t>(chunk, src.size() - off), 0);
-  }
+  zarr::encode_chunks(
+      m, src, '.', [&](const std::string& key, std::span<const std::byte> bytes) { w.put(name + "/" + key, bytes); },
+      progress);
 }
 }  // namespace detail::orbax
 

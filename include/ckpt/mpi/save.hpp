@@ -26,6 +26,7 @@
 #include <vector>
 
 #include <ckpt/ckpt.hpp>
+#include <ckpt/exec/progress_tracker.hpp>
 #include <ckpt/format/native/boxes.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/writer.hpp>
@@ -216,11 +217,19 @@ inline Plan make_plan(const std::string& dir, const std::vector<std::vector<Leaf
 }
 
 // Writes this rank's jobs into its data file; returns, per job, its checksum then its
-// piece checksums (count first).
+// piece checksums (count first). progress (SaveOptions::progress) hears of this rank's
+// share: its bytes and its jobs (a leaf, a box, or a part of a replicated leaf).
 inline std::vector<std::uint64_t> write_jobs(const fs::path& staging, int rank, const Snapshot& snap,
-                                             const std::vector<Job>& jobs) {
+                                             const std::vector<Job>& jobs, const ProgressFn& progress_fn,
+                                             const std::string& name) {
   std::vector<std::uint64_t> out;
-  if (jobs.empty()) return out;
+  std::uint64_t bytes = 0;
+  for (const Job& j : jobs) bytes += j.length;
+  exec::ProgressTracker progress(progress_fn, bytes, jobs.size(), name);
+  if (jobs.empty()) {
+    progress.finish();
+    return out;
+  }
   Snapshot mine;
   std::vector<std::size_t> order;
   for (const Job& j : jobs) {
@@ -229,7 +238,7 @@ inline std::vector<std::uint64_t> write_jobs(const fs::path& staging, int rank, 
     order.push_back(order.size());
   }
   std::vector<IndexEntry> entries(jobs.size());
-  ckpt::detail::native::write_data_file(staging / rank_file(rank), mine, entries, order);
+  ckpt::detail::native::write_data_file(staging / rank_file(rank), mine, entries, order, &progress);
   for (std::size_t k = 0; k < jobs.size(); ++k) {
     out.push_back(entries[k].checksum);
     const auto pieces = jobs[k].box >= 0 ? ckpt::detail::native::piece_checksums(mine.leaves[k].data.view)
@@ -237,6 +246,7 @@ inline std::vector<std::uint64_t> write_jobs(const fs::path& staging, int rank, 
     out.push_back(pieces.size());
     out.insert(out.end(), pieces.begin(), pieces.end());
   }
+  progress.finish();
   return out;
 }
 
@@ -279,7 +289,7 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
   // 3. Every rank writes and fsyncs its file; all agree it went well.
   std::vector<std::uint64_t> sums;
   comm.run(name, [&] {
-    sums = write_jobs(tmp, comm.rank(), snap, plan.jobs[static_cast<std::size_t>(comm.rank())]);
+    sums = write_jobs(tmp, comm.rank(), snap, plan.jobs[static_cast<std::size_t>(comm.rank())], opts.progress, name);
     if (in_staging) in_staging(tmp);
   });
   const auto gathered = comm.allgather(std::as_bytes(std::span(sums)));
