@@ -32,6 +32,7 @@
 #include <ckpt/format/t5x.hpp>
 #include <ckpt/format/zarr/kv_chunks.hpp>
 #include <ckpt/format/zarr/v3.hpp>
+#include <ckpt/format/zarr/write_part.hpp>
 
 namespace ckpt {
 
@@ -344,17 +345,35 @@ struct basic_orbax {
   static constexpr bool writes_streams = true;
 
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt) {
+    write_any(s, dir, opt, zarr::WritePart{});
+  }
+
+  // What one process writes when several write the checkpoint (zarr/write_part.hpp):
+  // its regions of the arrays; the process with `part.metadata` the .zarray files,
+  // _METADATA, _strings.json, _CHECKPOINT_METADATA and commit_success.txt. Not with
+  // OCDBT, whose per-process databases ckpt does not write.
+  static void write_part(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt,
+                         const zarr::WritePart& part)
+    requires(Layout == orbax_layout::directories)
+  {
+    write_any(s, dir, opt, part);
+  }
+
+ private:
+  static void write_any(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt,
+                        const zarr::WritePart& part) {
     namespace od = detail::orbax;
     constexpr bool use_ocdbt = Layout == orbax_layout::ocdbt;
     const std::string ckpt = dir.string();
     const auto item = dir / od::default_item;
-    std::filesystem::create_directory(item);
+    std::filesystem::create_directories(item);
     zarr::json tree = zarr::json::object(), strings = zarr::json::object();
     std::set<std::string> names;
-    exec::ProgressTracker progress(opt.progress, s.total_bytes(), s.leaves.size(), ckpt);  // chunk by chunk
+    exec::ProgressTracker progress(opt.progress, zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
     std::optional<ocdbt::Writer> db;
     if constexpr (use_ocdbt) db.emplace(item);
-    for (const auto& l : s.leaves) {
+    for (std::size_t i = 0; i < s.leaves.size(); ++i) {
+      const SnapshotLeaf& l = s.leaves[i];
       std::string name;
       zarr::json keys = zarr::json::array();
       for (const auto& seg : l.path.segments()) {
@@ -374,11 +393,11 @@ struct basic_orbax {
       } else {
         if (!zarr::safe_name(name) || name[0] == '_' || name[0] == '.' || name.rfind("ocdbt.process_", 0) == 0 || name == "d")
           throw Error(ckpt, l.path.str(), "path cannot name an Orbax array directory");
-        type = l.data.shape.empty() ? "scalar" : "np.ndarray";
-        const auto meta = zarr::meta_for(l.data.type, l.data.shape, C, Level, zarr::chunk_target(opt.max_memory));
-        zarr::check_chunk_budget(meta, opt.max_memory, ckpt, l.path.str());
+        type = zarr::array_shape(l).empty() ? "scalar" : "np.ndarray";
+        const auto meta = zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
         if constexpr (use_ocdbt) od::put_array(*db, name, meta, l.data, &progress);
-        else zarr::write_array(item / name, meta, l.data, &progress);
+        else zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
+        // Orbax's write_shape: a shard's shape (rank 0's box of a Sharded leaf), else the whole
         value_meta["write_shape"] = l.data.shape;
       }
       value_meta["value_type"] = type;
@@ -388,6 +407,10 @@ struct basic_orbax {
       else progress.add(0, 1);
     }
     if (db) db->commit();
+    if (!part.metadata) {
+      progress.finish();
+      return;
+    }
     if (!strings.empty()) od::write_json(item / od::strings_file, strings);
     od::write_json(item / od::tree_metadata, {{"tree_metadata", tree},
                                               {"use_ocdbt", use_ocdbt},
@@ -407,6 +430,7 @@ struct basic_orbax {
     progress.finish();
   }
 
+ public:
   static bool detect(const std::filesystem::path& dir) {
     namespace od = detail::orbax;
     if (zarr::is_file(dir / od::checkpoint_metadata) || zarr::is_file(dir / od::tree_metadata) ||

@@ -20,6 +20,7 @@
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/flax.hpp>
 #include <ckpt/format/zarr.hpp>
+#include <ckpt/format/zarr/write_part.hpp>
 
 namespace ckpt {
 
@@ -155,12 +156,20 @@ struct basic_t5x {
   static constexpr bool writes_streams = true;
 
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt) {
+    write_part(s, dir, opt, zarr::WritePart{});
+  }
+
+  // What one process writes when several write the checkpoint (zarr/write_part.hpp):
+  // its regions of the arrays; the process with `part.metadata` the .zarray files and
+  // the msgpack `checkpoint` (rank 0's scalars: every rank holds the same).
+  static void write_part(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt,
+                         const zarr::WritePart& part) {
     const std::string ckpt = dir.string();
     const interop::SnapNode root = interop::snapshot_tree(s, ckpt);
     std::set<std::string> names;
-    exec::ProgressTracker progress(opt.progress, s.total_bytes(), s.leaves.size(), ckpt);  // arrays chunk by chunk
+    exec::ProgressTracker progress(opt.progress, zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
     auto hook = [&](interop::PieceWriter& w, const SnapshotLeaf& l) -> bool {
-      if (!is_numeric(l.data.type) || l.data.shape.empty()) return false;  // scalars stay in msgpack, as in t5x
+      if (!is_numeric(l.data.type) || zarr::array_shape(l).empty()) return false;  // scalars stay in msgpack, as in t5x
       std::string name;
       for (const auto& seg : l.path.segments()) name += (name.empty() ? "" : ".") + seg;
       if (!zarr::safe_name(name) || name[0] == '.')
@@ -168,9 +177,9 @@ struct basic_t5x {
       if (!names.insert(name).second)
         throw Error(ckpt, l.path.str(),
                     "two leaves map to the same t5x array directory " + quote_for_message(name));
-      const zarr::ArrayMeta m = zarr::meta_for(l.data.type, l.data.shape, C, Level, zarr::chunk_target(opt.max_memory));
-      zarr::check_chunk_budget(m, opt.max_memory, ckpt, l.path.str());
-      zarr::write_array(dir / name, m, l.data, &progress);
+      const auto i = static_cast<std::size_t>(&l - s.leaves.data());
+      const zarr::ArrayMeta m = zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
+      zarr::write_leaf_part(dir / name, m, part, i, l, &progress);
       progress.add(0, 1);
       const zarr::json spec = {
           {"driver", "zarr"},
@@ -186,7 +195,7 @@ struct basic_t5x {
     w.str("optimizer");
     if (root.leaf == nullptr && root.children.empty()) w.pk().pack_map(0);
     else interop::write_tree(w, root, ckpt, hook);
-    w.write_to(dir / "checkpoint");
+    if (part.metadata) w.write_to(dir / "checkpoint");
     progress.finish();  // the scalars, in the msgpack file just written
   }
 

@@ -207,8 +207,6 @@ inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::b
   }
 }
 
-// Writes the array at `dir` (created; must not exist): .zarray, then one file per chunk.
-// src is C order; m must have chunks spanning every dimension but the first (meta_for).
 // The chunk size writers aim at (meta_for's target): 64 MiB, or a quarter of a save's
 // max_memory, since a chunk is held with its compressed copy (and, streamed, its read).
 inline std::uint64_t chunk_target(std::uint64_t max_memory) {
@@ -235,55 +233,140 @@ inline std::span<const std::byte> leaf_part(const LeafBytes& d, std::uint64_t of
   return buf;
 }
 
-// Encodes a leaf as the chunks of array m: cut along the first dimension, edge chunks
-// stored full size (padded with the fill value 0), each compressed on its own; hands
-// each to put(key, bytes), key as chunk_key(index, separator) ("0" for a 0-d array),
-// and reports its bytes to progress (SaveOptions::progress) when given. The one chunk
-// loop of the directory writer below and of the OCDBT one (format/orbax.hpp).
-inline void encode_chunks(const ArrayMeta& m, const LeafBytes& src, char separator,
+// A box of an array that one process writes (ckpt::mpi::save): origin and shape in
+// elements, its bytes in C order from byte `at` of the leaf's. Its edges lie on the
+// array's chunk grid (or at the array's end), so it is a union of whole chunks.
+struct Region {
+  Shape origin, shape;
+  std::uint64_t at = 0;
+};
+
+// The region of a whole leaf of array m.
+inline Region whole(const ArrayMeta& m) { return {Shape(m.shape.size(), 0), m.shape, 0}; }
+
+// Encodes the chunks of array m that lie in region r of the leaf's bytes src: edge
+// chunks stored full size (padded with the fill value 0), each compressed on its own;
+// hands each to put(key, bytes), key as chunk_key(index, separator) ("0" for a 0-d
+// array), and reports its bytes to progress (SaveOptions::progress) when given. The one
+// chunk loop of the directory writer below, of the OCDBT one (format/orbax.hpp) and of
+// the ranks writing their parts of one array.
+inline void encode_chunks(const ArrayMeta& m, const LeafBytes& src, const Region& r, char separator,
                           const std::function<void(const std::string&, std::span<const std::byte>)>& put,
                           exec::ProgressTracker* progress = nullptr) {
   io::blosc_params bp = m.blosc;
-  bp.typesize = dtype_size(m.type);
+  const std::size_t es = dtype_size(m.type);
+  bp.typesize = es;
   auto emit = [&](const std::string& key, std::span<const std::byte> part) {
     if (m.compressor == io::codec::none) put(key, part);
     else put(key, io::compress(m.compressor, m.level, part, bp));
   };
-  std::vector<std::byte> buf;  // a streamed leaf's current chunk
-  if (m.shape.empty()) {
-    emit("0", leaf_part(src, 0, static_cast<std::size_t>(src.size()), buf));
-    if (progress) progress->add(src.size(), 0);
+  std::vector<std::byte> buf;  // a streamed leaf's current bytes
+  const std::size_t rank = m.shape.size();
+  if (rank == 0) {
+    emit("0", leaf_part(src, r.at, es, buf));
+    if (progress) progress->add(es, 0);
     return;
   }
-  if (element_count(m.shape) == 0) return;
+  if (element_count(r.shape) == 0) return;
+  // the chunk grid positions the region covers; its strides in elements (C order)
+  std::vector<std::int64_t> lo(rank), hi(rank);
+  std::vector<std::uint64_t> rstride(rank);
+  std::uint64_t stride = 1;
+  for (std::size_t k = rank; k-- > 0;) {
+    lo[k] = r.origin[k] / m.chunks[k];
+    hi[k] = (r.origin[k] + r.shape[k] + m.chunks[k] - 1) / m.chunks[k];
+    rstride[k] = stride;
+    stride *= static_cast<std::uint64_t>(r.shape[k]);
+  }
+  // A chunk as wide as the array and the region in every dimension but the first is
+  // one run of the region's bytes (how meta_for cuts arrays): read as it is.
+  bool rows = true;
+  for (std::size_t k = 1; k < rank; ++k) rows = rows && m.chunks[k] == m.shape[k] && r.shape[k] == m.shape[k];
   const std::uint64_t chunk = m.chunk_bytes();
-  const std::uint64_t n = static_cast<std::uint64_t>((m.shape[0] + m.chunks[0] - 1) / m.chunks[0]);
-  std::vector<std::byte> edge;
-  for (std::uint64_t i = 0; i < n; ++i) {
-    const std::uint64_t off = i * chunk;
-    const auto len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, src.size() - off));
-    std::span<const std::byte> part = leaf_part(src, off, len, buf);
-    if (part.size() < chunk) {
-      edge.assign(part.begin(), part.end());
-      edge.resize(chunk);
-      part = edge;
+  std::vector<std::byte> tile;
+  std::vector<std::int64_t> idx = lo, start(rank), ext(rank), local(rank);
+  for (;;) {
+    std::uint64_t in_array = es;
+    for (std::size_t k = 0; k < rank; ++k) {
+      start[k] = idx[k] * m.chunks[k];
+      ext[k] = std::min(m.chunks[k], m.shape[k] - start[k]);
+      in_array *= static_cast<std::uint64_t>(ext[k]);
+      if (start[k] < r.origin[k] || start[k] + ext[k] > r.origin[k] + r.shape[k])
+        throw Error("zarr chunk " + chunk_key(idx, separator) + " is not inside the region written");  // a plan's bug
     }
-    std::vector<std::int64_t> idx(m.shape.size(), 0);
-    idx[0] = static_cast<std::int64_t>(i);
+    std::span<const std::byte> part;
+    if (rows) {
+      const std::uint64_t off = r.at + static_cast<std::uint64_t>(start[0] - r.origin[0]) * rstride[0] * es;
+      part = leaf_part(src, off, static_cast<std::size_t>(in_array), buf);
+      if (part.size() < chunk) {
+        tile.assign(part.begin(), part.end());
+        tile.resize(static_cast<std::size_t>(chunk));
+        part = tile;
+      }
+    } else {  // gather the chunk's rows (runs along the last dimension) from the region
+      tile.assign(static_cast<std::size_t>(chunk), std::byte{0});
+      std::fill(local.begin(), local.end(), 0);
+      const auto run = static_cast<std::size_t>(ext[rank - 1]) * es;
+      for (;;) {
+        std::uint64_t from = 0, to = 0, cstride = 1;
+        for (std::size_t k = rank; k-- > 0;) {
+          from += static_cast<std::uint64_t>(start[k] - r.origin[k] + local[k]) * rstride[k];
+          to += static_cast<std::uint64_t>(local[k]) * cstride;
+          cstride *= static_cast<std::uint64_t>(m.chunks[k]);
+        }
+        const auto bytes = leaf_part(src, r.at + from * es, run, buf);
+        std::memcpy(tile.data() + to * es, bytes.data(), run);
+        std::size_t k = rank - 1;
+        bool more = false;
+        while (k-- > 0) {
+          if (++local[k] < ext[k]) { more = true; break; }
+          local[k] = 0;
+        }
+        if (!more) break;
+      }
+      part = tile;
+    }
     emit(chunk_key(idx, separator), part);
-    if (progress) progress->add(len, 0);
+    if (progress) progress->add(in_array, 0);
+    std::size_t k = rank;
+    bool more = false;
+    while (k-- > 0) {
+      if (++idx[k] < hi[k]) { more = true; break; }
+      idx[k] = lo[k];
+    }
+    if (!more) break;
   }
 }
 
+// The whole leaf (ckpt::save of one process).
+inline void encode_chunks(const ArrayMeta& m, const LeafBytes& src, char separator,
+                          const std::function<void(const std::string&, std::span<const std::byte>)>& put,
+                          exec::ProgressTracker* progress = nullptr) {
+  encode_chunks(m, src, whole(m), separator, put, progress);
+}
+
+// Writes regions of the array at `dir` (made when missing: several processes may write
+// one array): .zarray when `metadata` (one process's job), then one file per chunk.
+inline void write_array_part(const fs::path& dir, const ArrayMeta& m, const LeafBytes& src,
+                             std::span<const Region> regions, bool metadata, exec::ProgressTracker* progress = nullptr) {
+  fs::create_directories(dir);
+  if (metadata) {
+    const std::string zarray = zarray_json(m).dump(4);
+    io::write_file_synced(dir / ".zarray", std::as_bytes(std::span(zarray)));
+  }
+  for (const Region& r : regions)
+    encode_chunks(
+        m, src, r, m.separator,
+        [&](const std::string& key, std::span<const std::byte> bytes) { io::write_file_synced(dir / key, bytes); },
+        progress);
+  io::sync_dir(dir);  // the chunk files' names, durable with their bytes
+}
+
+// Writes the array at `dir`: .zarray, then one file per chunk. src is C order.
 inline void write_array(const fs::path& dir, const ArrayMeta& m, const LeafBytes& src,
                         exec::ProgressTracker* progress = nullptr) {
-  fs::create_directory(dir);
-  const std::string zarray = zarray_json(m).dump(4);
-  io::write_file_synced(dir / ".zarray", std::as_bytes(std::span(zarray)));
-  encode_chunks(
-      m, src, m.separator,
-      [&](const std::string& key, std::span<const std::byte> bytes) { io::write_file_synced(dir / key, bytes); },
-      progress);
+  const Region all = whole(m);
+  write_array_part(dir, m, src, std::span(&all, 1), true, progress);
 }
 
 // Opens an array directory: parses .zarray (or uses `given`) and checks it is plausible.
