@@ -368,6 +368,121 @@ TEST_CASE("mpi np4: replicas are written once; large replicated leaves are sprea
   CHECK(t.w.local[7] == static_cast<float>((1 - shard) * n + 7));
 }
 
+namespace {
+// A state of every kind of leaf a zarr-based collective save handles, on 4 ranks.
+struct ZarrState {
+  std::int64_t step = 0;
+  ckpt::Sharded<xt::xtensor<float, 2>> rows;     // 16 x 6, 4 rows per rank
+  ckpt::Sharded<xt::xtensor<double, 2>> blocks;  // 8 x 11 in 2 x 2 blocks (columns 6 + 5)
+  ckpt::Sharded<std::vector<std::int32_t>> uneven;  // 10 over 4 ranks: 3, 3, 2, 2
+  ckpt::Sharded<std::vector<float>> replicas;    // 2 halves, each held by 2 ranks
+  xt::xtensor<float, 2> embed;                   // every rank's the same: 300 x 1000
+  std::string name;
+};
+
+double block_value(std::size_t i, std::size_t j) { return static_cast<double>(1000 * i + j) + 0.5; }
+float embed_value(std::size_t i, std::size_t j) { return static_cast<float>((1000 * i + j) % 997); }
+
+ZarrState zarr_state(int rank) {
+  const auto r = static_cast<std::size_t>(rank);
+  ZarrState s;
+  s.step = 7;
+  s.rows = box(16, 6, 4 * r, 4, 0, 6);
+  const std::size_t br = r / 2 * 4, bc = r % 2 * 6, nc = r % 2 ? 5 : 6;
+  s.blocks = {{8, 11}, {br, bc}, xt::zeros<double>({std::size_t{4}, nc})};
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t j = 0; j < nc; ++j) s.blocks.local(i, j) = block_value(br + i, bc + j);
+  const auto [u0, un] = split(10, 4, r);
+  s.uneven = {{10}, {u0}, std::vector<std::int32_t>(un)};
+  for (std::size_t i = 0; i < un; ++i) s.uneven.local[i] = static_cast<std::int32_t>(7 * (u0 + i));
+  const std::size_t half = r % 2;
+  s.replicas = {{64}, {32 * half}, std::vector<float>(32)};
+  for (std::size_t i = 0; i < 32; ++i) s.replicas.local[i] = static_cast<float>(32 * half + i);
+  s.embed = xt::zeros<float>({std::size_t{300}, std::size_t{1000}});
+  for (std::size_t i = 0; i < 300; ++i)
+    for (std::size_t j = 0; j < 1000; ++j) s.embed(i, j) = embed_value(i, j);
+  s.name = "zarr by ranks";
+  return s;
+}
+
+// The global arrays of zarr_state, checked in a tree restored by one process.
+void check_zarr_tree(const ckpt::Tree& t, const std::string& name_path) {
+  CHECK(t.leaf("step").as<std::int64_t>() == 7);
+  CHECK(t.leaf("rows").as<xt::xtensor<float, 2>>() == global_w(16, 6));
+  const auto b = t.leaf("blocks").as<xt::xtensor<double, 2>>();
+  REQUIRE(b.shape(0) == 8);
+  REQUIRE(b.shape(1) == 11);
+  bool blocks_ok = true;
+  for (std::size_t i = 0; i < 8; ++i)
+    for (std::size_t j = 0; j < 11; ++j) blocks_ok = blocks_ok && b(i, j) == block_value(i, j);
+  CHECK(blocks_ok);
+  std::vector<std::int32_t> u(10);
+  for (std::size_t i = 0; i < 10; ++i) u[i] = static_cast<std::int32_t>(7 * i);
+  CHECK(t.leaf("uneven").as<std::vector<std::int32_t>>() == u);
+  std::vector<float> rep(64);
+  std::iota(rep.begin(), rep.end(), 0.0f);
+  CHECK(t.leaf("replicas").as<std::vector<float>>() == rep);
+  CHECK(t.leaf("embed").as<xt::xtensor<float, 2>>() == zarr_state(0).embed);
+  CHECK(t.leaf(name_path).as<std::string>() == "zarr by ranks");
+}
+
+// zarr-python (the oracle) reads the arrays in `dir` as the global arrays.
+const char* zarr_oracle = R"(
+import sys, numpy as np, zarr
+d = sys.argv[1]
+def arr(name): return zarr.open_array(d + "/" + name, mode="r")
+i, j = np.indices((16, 6)); assert (arr("rows")[:] == (100 * i + j).astype(np.float32)).all()
+i, j = np.indices((8, 11)); assert (arr("blocks")[:] == 1000.0 * i + j + 0.5).all()
+assert arr("blocks").chunks == (4, 6), arr("blocks").chunks
+assert (arr("uneven")[:] == 7 * np.arange(10)).all() and arr("uneven").chunks == (1,)
+assert (arr("replicas")[:] == np.arange(64)).all() and arr("replicas").chunks == (32,)
+i, j = np.indices((300, 1000)); e = arr("embed"); assert (e[:] == ((1000 * i + j) % 997).astype(np.float32)).all()
+assert e.chunks[0] < 300, e.chunks
+print("zarr-python agrees")
+)";
+}  // namespace
+
+TEST_CASE("mpi np4: t5x and Orbax (no OCDBT) written by 4 ranks, each its chunks; zarr-python reads the arrays") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  const ZarrState s = zarr_state(world.rank());
+  // max_memory 1 MiB: chunks of at most 256 KiB, so `embed` (1.2 MB) is cut in five,
+  // written by several ranks
+  ckpt::Progress last{};
+  ckpt::mpi::save<ckpt::t5x>(world, dir / "t5x", s, {.progress = [&](const ckpt::Progress& p) {
+                                                        last = p;
+                                                        return true;
+                                                      },
+                                                      .max_memory = 1 << 20});
+  CHECK(last.bytes_done == last.bytes_total);
+  CHECK(last.bytes_total > 0);  // every rank writes some chunks
+  ckpt::mpi::save<ckpt::orbax_without_ocdbt>(world, dir / "orbax", s, {.max_memory = 1 << 20});
+  if (world.rank() == 0) {
+    CHECK(ckpt::open_index(dir / "t5x")->info().format == "t5x");
+    check_zarr_tree(ckpt::restore_tree(dir / "t5x"), "name");
+    check_zarr_tree(ckpt::restore_tree(dir / "orbax"), "name");
+    CHECK(test::python(zarr_oracle, dir / "t5x").find("zarr-python agrees") != std::string::npos);
+    CHECK(test::python(zarr_oracle, dir / "orbax/default").find("zarr-python agrees") != std::string::npos);
+    CHECK(fs::exists(dir / "orbax/default/_METADATA"));
+    for (const auto& e : fs::directory_iterator(dir / "")) CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
+  }
+  // Restored on 4 ranks onto another split: `rows` by columns.
+  ZarrState t = zarr_state(world.rank());
+  const auto [c0, nc] = split(6, 4, static_cast<std::size_t>(world.rank()));
+  t.rows = {{16, 6}, {0, c0}, xt::zeros<float>({std::size_t{16}, nc})};
+  t.embed.fill(0);
+  ckpt::mpi::restore_into(world, dir / "t5x", t);
+  CHECK(t.rows.local == box(16, 6, 0, 16, c0, nc).local);
+  CHECK(t.embed == s.embed);
+
+  // Boxes that leave a gap: zarr stores every element, so no checkpoint, on any rank.
+  ZarrState g = zarr_state(world.rank());
+  if (world.rank() == 3) g.rows = box(16, 6, 12, 3, 0, 6);  // row 15 is nobody's
+  CHECK_THROWS_CKPT(ckpt::mpi::save<ckpt::t5x>(world, dir / "gap", g), ckpt::Error,
+                    "rows: the ranks' boxes hold 90 of the 96 elements of the global array");
+  CHECK_FALSE(fs::exists(dir / "gap"));
+}
+
 TEST_CASE("mpi np2: a rank failing mid-save leaves no checkpoint, every rank hears which, the previous one stays") {
   const ckpt::mpi::Comm world(MPI_COMM_WORLD);
   SharedDir dir(world);
@@ -392,6 +507,11 @@ TEST_CASE("mpi np2: a rank failing mid-save leaves no checkpoint, every rank hea
   }
   const auto back = ckpt::mpi::restore<ShardedState>(world, dir / "1");
   CHECK(back.step == 42);
+  // Every rank throws the kind of error the failing rank threw: a target whose global
+  // shape is wrong on rank 1 only is a ShapeMismatchError on both.
+  ShardedState wrong = rows_of(1024, 256, world.rank(), 2);
+  if (world.rank() == 1) wrong.w = {{1024, 255}, {0, 0}, xt::zeros<float>({std::size_t{4}, std::size_t{255}})};
+  CHECK_THROWS_CKPT(ckpt::mpi::restore_into(world, dir / "1", wrong), ckpt::ShapeMismatchError, "rank 1 of 2 failed: ");
   CHECK(back.w.local == rows_of(1024, 256, world.rank(), 2).w.local);
 
   // A leaf that is not Sharded must agree across ranks: the error names it on every rank.

@@ -1,6 +1,7 @@
 // bench_mpi — ckpt::mpi::save and restore_into of a sharded state (rows of 8 layers
 // split over the ranks), against, in the same run, each rank writing its bytes to a
-// plain file with write + fsync (the least any collective save can do).
+// plain file with write + fsync (the least any collective save can do). Also the t5x
+// layout written by the ranks (uncompressed).
 //
 //   mpirun -np N bench_mpi [DIR] [MiB] [REPS]     (defaults: $TMPDIR or /tmp, 1024, 3)
 //
@@ -10,6 +11,7 @@
 // a shard), and columns (each rank a column strip of every layer), with checksums
 // verified (the default) and not; bytes read are every rank's rchar from /proc/self/io,
 // summed, against the bytes the ranks' boxes hold.
+#include <ckpt/formats.hpp>
 #include <ckpt/mpi.hpp>
 #include <xtensor/xtensor.hpp>
 
@@ -106,7 +108,7 @@ int main(int argc, char** argv) {
     const State state = make(rows, r0, nr, 0, cols, true);
     const double total_bytes = static_cast<double>(n_layers * rows * cols * sizeof(float));
 
-    std::vector<double> t_base, t_save, t_rows, t_cols, t_cols_nv;
+    std::vector<double> t_base, t_save, t_t5x, t_rows, t_cols, t_cols_nv;
     double ratio_rows = 0, ratio_cols = 0, ratio_cols_nv = 0;
     for (int rep = 0; rep < reps; ++rep) {
       // Baseline: this rank's bytes, one file, write + fsync; then the directory entry.
@@ -132,6 +134,10 @@ int main(int argc, char** argv) {
 
       const fs::path ck = dir / ("step-" + std::to_string(rep));
       t_save.push_back(timed(comm, [&] { ckpt::mpi::save(comm, ck, state); }));
+      // The t5x layout by ranks, uncompressed (t5x's gzip would measure zlib, not the writing).
+      const fs::path t5 = dir / ("t5x-" + std::to_string(rep));
+      t_t5x.push_back(timed(comm, [&] { ckpt::mpi::save<ckpt::basic_t5x<ckpt::io::codec::none>>(comm, t5, state); }));
+      if (r == 0) fs::remove_all(t5);
 
       // Restore onto other layouts; bytes read summed over the ranks.
       auto restore = [&](State target, std::size_t want_bytes, bool verify, double& ratio) {
@@ -161,6 +167,8 @@ int main(int argc, char** argv) {
       std::printf("  plain write+fsync per rank : %7.3f s  %6.2f GB/s\n", median(t_base), gb / median(t_base));
       std::printf("  ckpt::mpi::save            : %7.3f s  %6.2f GB/s  (%.2fx the baseline's throughput)\n",
                   median(t_save), gb / median(t_save), median(t_base) / median(t_save));
+      std::printf("  mpi::save<t5x>, no gzip    : %7.3f s  %6.2f GB/s  (%.2fx the baseline's throughput)\n",
+                  median(t_t5x), gb / median(t_t5x), median(t_base) / median(t_t5x));
       std::printf("  restore, rows shifted      : %7.3f s  %6.2f GB/s  bytes read %.3fx what the ranks need\n",
                   median(t_rows), gb / median(t_rows), ratio_rows);
       std::printf("  restore, column strips     : %7.3f s  %6.2f GB/s  bytes read %.3fx (checksums verified)\n",

@@ -3,7 +3,7 @@
 // The caller keeps MPI_Init / MPI_Finalize; Comm only wraps a communicator it is given.
 // Every collective ckpt runs is one of these, called by every rank in the same order.
 // Failures are agreed on (agree()): when any rank fails, every rank throws a
-// ckpt::Error that names the failing rank and its reason.
+// ckpt::Error of the kind the failing rank threw, naming that rank and its reason.
 #pragma once
 
 // ckpt uses MPI's C interface; the deprecated C++ bindings would only cost compile time.
@@ -30,6 +30,100 @@
 
 namespace ckpt::mpi {
 
+namespace detail {
+
+// The kinds of ckpt::Error (error.hpp) a failure agreed on keeps across ranks.
+enum class ErrorCode : std::uint8_t {
+  other, error, missing_leaf, shape_mismatch, dtype_mismatch, corrupt, root_locked, step_exists, no_such_step,
+  background_save, background_timeout, read_only, cancelled
+};
+
+// One rank's failure, sent to every rank: its kind, its what(), and the paths of a
+// MissingLeafError. Empty text: no failure.
+struct Failure {
+  ErrorCode code = ErrorCode::other;
+  std::string text;
+  std::vector<std::string> missing;
+
+  static Failure of(const std::exception& e) {
+    Failure f{ErrorCode::other, e.what(), {}};
+    if (f.text.empty()) f.text = "an exception with no message";
+    if (const auto* m = dynamic_cast<const MissingLeafError*>(&e)) {
+      f.code = ErrorCode::missing_leaf;
+      f.missing = m->missing_paths();
+    }
+    else if (dynamic_cast<const ShapeMismatchError*>(&e)) f.code = ErrorCode::shape_mismatch;
+    else if (dynamic_cast<const DtypeMismatchError*>(&e)) f.code = ErrorCode::dtype_mismatch;
+    else if (dynamic_cast<const CorruptCheckpointError*>(&e)) f.code = ErrorCode::corrupt;
+    else if (dynamic_cast<const RootLockedError*>(&e)) f.code = ErrorCode::root_locked;
+    else if (dynamic_cast<const StepExistsError*>(&e)) f.code = ErrorCode::step_exists;
+    else if (dynamic_cast<const NoSuchStepError*>(&e)) f.code = ErrorCode::no_such_step;
+    else if (dynamic_cast<const BackgroundSaveTimeoutError*>(&e)) f.code = ErrorCode::background_timeout;
+    else if (dynamic_cast<const BackgroundSaveError*>(&e)) f.code = ErrorCode::background_save;
+    else if (dynamic_cast<const ReadOnlyError*>(&e)) f.code = ErrorCode::read_only;
+    else if (dynamic_cast<const CancelledError*>(&e)) f.code = ErrorCode::cancelled;
+    else if (dynamic_cast<const Error*>(&e)) f.code = ErrorCode::error;
+    return f;
+  }
+
+  // code, then text, then the missing paths, each after its length (u64, native order:
+  // between ranks of one program)
+  std::vector<std::byte> encode() const {
+    std::vector<std::byte> out;
+    if (text.empty()) return out;
+    auto put = [&](const std::string& s) {
+      const std::uint64_t n = s.size();
+      const auto* p = reinterpret_cast<const std::byte*>(&n);
+      out.insert(out.end(), p, p + sizeof n);
+      out.insert(out.end(), reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size());
+    };
+    out.push_back(static_cast<std::byte>(code));
+    put(text);
+    for (const auto& m : missing) put(m);
+    return out;
+  }
+  static Failure decode(std::span<const std::byte> in) {
+    Failure f;
+    f.code = static_cast<ErrorCode>(in[0]);
+    std::size_t at = 1;
+    auto get = [&] {
+      std::uint64_t n = 0;
+      std::memcpy(&n, in.data() + at, sizeof n);
+      at += sizeof n;
+      std::string s(reinterpret_cast<const char*>(in.data() + at), static_cast<std::size_t>(n));
+      at += static_cast<std::size_t>(n);
+      return s;
+    };
+    f.text = get();
+    while (at < in.size()) f.missing.push_back(get());
+    return f;
+  }
+
+  // Throws this failure on this rank as a ckpt::Error of its kind about `checkpoint`,
+  // its message prefixed (a MissingLeafError lists its paths, as the failing rank's did).
+  [[noreturn]] void throw_agreed(const std::string& checkpoint, const std::string& prefix) const {
+    const std::string what = prefix + text;
+    switch (code) {
+      case ErrorCode::missing_leaf: throw MissingLeafError(checkpoint, missing);
+      case ErrorCode::shape_mismatch: throw ShapeMismatchError(checkpoint, "", what);
+      case ErrorCode::dtype_mismatch: throw DtypeMismatchError(checkpoint, "", what);
+      case ErrorCode::corrupt: throw CorruptCheckpointError(checkpoint, "", what);
+      case ErrorCode::root_locked: throw RootLockedError(checkpoint, "", what);
+      case ErrorCode::step_exists: throw StepExistsError(checkpoint, "", what);
+      case ErrorCode::no_such_step: throw NoSuchStepError(checkpoint, "", what);
+      case ErrorCode::background_save: throw BackgroundSaveError(checkpoint, "", what);
+      case ErrorCode::background_timeout: throw BackgroundSaveTimeoutError(checkpoint, "", what);
+      case ErrorCode::read_only: throw ReadOnlyError(checkpoint, "", what);
+      case ErrorCode::cancelled: throw CancelledError(checkpoint, "", what);
+      case ErrorCode::error: case ErrorCode::other: break;
+    }
+    throw Error(checkpoint, "", what);
+  }
+};
+
+}  // namespace detail
+
+// A communicator and the few collectives ckpt needs of it.
 class Comm {
  public:
   explicit Comm(MPI_Comm comm) : comm_(comm) {
@@ -114,28 +208,31 @@ class Comm {
     return out;
   }
 
-  // Every rank's error text ("" for none); throws the same ckpt::Error on every rank
-  // when one is not empty, naming the first rank that failed.
-  void agree(const std::string& checkpoint, const std::string& my_error) const {
-    const auto all = allgather({reinterpret_cast<const std::byte*>(my_error.data()), my_error.size()});
+  // Every rank's failure (none when `mine` is empty); throws the same error on every
+  // rank when one failed, naming the first rank that did, of the kind it threw
+  // (a RootLockedError on rank 0 is a RootLockedError everywhere).
+  void agree(const std::string& checkpoint, const detail::Failure& mine) const {
+    const auto all = allgather(mine.encode());
     for (std::size_t r = 0; r < all.size(); ++r)
       if (!all[r].empty())
-        throw Error(checkpoint, "", "rank " + std::to_string(r) + " of " + std::to_string(size_) + " failed: " +
-                                        std::string(reinterpret_cast<const char*>(all[r].data()), all[r].size()));
+        detail::Failure::decode(all[r]).throw_agreed(checkpoint, "rank " + std::to_string(r) + " of " +
+                                                                     std::to_string(size_) + " failed: ");
+  }
+  void agree(const std::string& checkpoint, const std::string& my_error) const {
+    agree(checkpoint, detail::Failure{detail::ErrorCode::error, my_error, {}});
   }
   // Runs f on every rank, then agrees on its outcome (see agree()).
   template <class F>
   void run(const std::string& checkpoint, F&& f) const {
-    std::string err;
+    detail::Failure failure;
     try {
       f();
     } catch (const std::exception& e) {
-      err = e.what();
-      if (err.empty()) err = "an exception with no message";
+      failure = detail::Failure::of(e);
     } catch (...) {
-      err = "an unknown exception";
+      failure.text = "an unknown exception";
     }
-    agree(checkpoint, err);
+    agree(checkpoint, failure);
   }
 
  private:

@@ -45,7 +45,7 @@ inline std::shared_ptr<const Index> broadcast_index(const Comm& comm, std::share
                                                     const std::vector<Path>& wanted) {
   Out table;  // (entry, offset, length, checksum) per broadcast entry; rank 0 builds it
   auto blob = std::make_shared<std::vector<std::byte>>();
-  std::string err;
+  Failure failure;
   if (comm.rank() == 0) {
     try {
       std::vector<std::pair<const IndexEntry*, std::uint64_t>> picked;
@@ -66,11 +66,13 @@ inline std::shared_ptr<const Index> broadcast_index(const Comm& comm, std::share
         table.u64(io::xxh3(dst));
       }
     } catch (const std::exception& e) {
-      err = e.what();
+      failure = Failure::of(e);
     }
   }
-  if (const std::string failed = comm.broadcast(err, 0); !failed.empty())
-    throw Error(index->checkpoint(), "", "rank 0 of " + std::to_string(comm.size()) + " failed: " + failed);
+  std::vector<std::byte> failed = failure.encode();
+  comm.broadcast(failed, 0);
+  if (!failed.empty())  // every rank throws rank 0's error, of its kind
+    Failure::decode(failed).throw_agreed(index->checkpoint(), "rank 0 of " + std::to_string(comm.size()) + " failed: ");
   comm.broadcast(table.b, 0);
   comm.broadcast(*blob, 0);
   std::vector<IndexEntry> entries = index->entries();

@@ -13,6 +13,10 @@
 // data-<rank> in it; the ranks agree on the outcome; rank 0 alone writes the manifest
 // and the commit marker and renames the directory into place. If any rank fails, no
 // rank sees a checkpoint and every rank throws a ckpt::Error naming the failed rank.
+//
+// save<ckpt::t5x> and save<ckpt::orbax_without_ocdbt> write zarr arrays of the global
+// shapes instead: each rank the chunks of its boxes (mpi/zarr_plan.hpp), rank 0 the
+// metadata files, with the same staging directory, agreement and rename.
 #pragma once
 
 #include <algorithm>
@@ -31,56 +35,16 @@
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/writer.hpp>
 #include <ckpt/io/staging_dir.hpp>
+#include <ckpt/format/zarr/write_part.hpp>
 #include <ckpt/mpi/comm.hpp>
+#include <ckpt/mpi/describe.hpp>
+#include <ckpt/mpi/zarr_plan.hpp>
 
 namespace ckpt::mpi {
 
 namespace detail {
 
 namespace fs = std::filesystem;
-
-// What a rank holds of one leaf.
-struct LeafDesc {
-  std::string path;
-  dtype type = dtype::none;
-  Shape shape;  // of the bytes this rank holds
-  bool boxed = false;
-  Shape global, origin;
-  std::uint64_t length = 0;
-  std::uint64_t hash = 0;  // of a replicated leaf's bytes
-};
-
-inline std::vector<std::byte> describe(const Snapshot& snap) {
-  Out o;
-  o.u64(snap.leaves.size());
-  for (const auto& l : snap.leaves) {
-    o.str(l.path.str());
-    o.u64(static_cast<std::uint64_t>(l.data.type));
-    o.shape(l.data.shape);
-    o.u64(l.box ? 1 : 0);
-    o.shape(l.box ? l.box->global_shape : Shape{});
-    o.shape(l.box ? l.box->origin : Shape{});
-    o.u64(l.data.view.size());
-    o.u64(l.box ? 0 : io::xxh3(l.data.view));
-  }
-  return std::move(o.b);
-}
-
-inline std::vector<LeafDesc> parse_description(std::span<const std::byte> bytes) {
-  In in{bytes};
-  std::vector<LeafDesc> out(static_cast<std::size_t>(in.u64()));
-  for (auto& d : out) {
-    d.path = in.str();
-    d.type = static_cast<dtype>(in.u64());
-    d.shape = in.shape();
-    d.boxed = in.u64() != 0;
-    d.global = in.shape();
-    d.origin = in.shape();
-    d.length = in.u64();
-    d.hash = in.u64();
-  }
-  return out;
-}
 
 // One piece of bytes a rank writes: leaf `leaf`'s bytes [src, src + length), at `offset`
 // of its data file; it is entry `entry` (box `box`, or the whole entry when box < 0).
@@ -105,12 +69,9 @@ inline constexpr std::uint64_t spread_threshold = std::uint64_t{1} << 20;
 // that no checkpoint can be made of (the same error on every rank).
 inline Plan make_plan(const std::string& dir, const std::vector<std::vector<LeafDesc>>& all,
                       std::size_t inline_threshold) {
+  check_same_tree(dir, all);
   const int P = static_cast<int>(all.size());
   const auto& first = all[0];
-  for (int r = 1; r < P; ++r)
-    if (all[static_cast<std::size_t>(r)].size() != first.size())
-      throw Error(dir, "", "rank " + std::to_string(r) + " saves " + std::to_string(all[static_cast<std::size_t>(r)].size()) +
-                               " leaves, rank 0 " + std::to_string(first.size()) + ": every rank must save the same tree");
   Plan plan;
   plan.jobs.resize(static_cast<std::size_t>(P));
   std::vector<std::uint64_t> load(static_cast<std::size_t>(P), 0);
@@ -132,21 +93,6 @@ inline Plan make_plan(const std::string& dir, const std::vector<std::vector<Leaf
 
   for (std::size_t i = 0; i < first.size(); ++i) {
     const LeafDesc& d0 = first[i];
-    for (int r = 1; r < P; ++r) {
-      const LeafDesc& d = all[static_cast<std::size_t>(r)][i];
-      const std::string who = "rank " + std::to_string(r);
-      if (d.path != d0.path)
-        throw Error(dir, d0.path, who + " has " + quote_for_message(d.path) + " here: every rank must save the same tree");
-      if (d.type != d0.type || d.boxed != d0.boxed)
-        throw Error(dir, d0.path, who + " saves it as " + std::string(dtype_name(d.type)) + (d.boxed ? " Sharded" : "") +
-                                      ", rank 0 as " + std::string(dtype_name(d0.type)) + (d0.boxed ? " Sharded" : ""));
-      if (d0.boxed && d.global != d0.global)
-        throw ShapeMismatchError(dir, d0.path, "global shape " + shape_str(d.global) + " on " + who + ", " +
-                                                   shape_str(d0.global) + " on rank 0");
-      if (!d0.boxed && (d.shape != d0.shape || d.hash != d0.hash))
-        throw Error(dir, d0.path, "a leaf that is not Sharded must be equal on every rank; " + who +
-                                      " holds another value (make it Sharded if each rank has its own)");
-    }
     IndexEntry e;
     e.path = Path::parse(d0.path);
     e.type = d0.type;
@@ -252,29 +198,23 @@ inline std::vector<std::uint64_t> write_jobs(const fs::path& staging, int rank, 
 
 using BeforeCommit = std::function<void(const fs::path& staging)>;
 
-// The collective save of a snapshot every rank has taken (see the top of this file).
-// in_staging runs on every rank once its data file is durable, in the staging directory
-// (each rank's failure there fails the save on every rank, as a data file's would);
-// before_commit runs on rank 0 only, after the manifest, before the commit.
-inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot& snap, const SaveOptions& opts,
-                          const BeforeCommit& before_commit = nullptr, const BeforeCommit& in_staging = nullptr) {
-  const std::string name = dir.string();
-  // 1. Check this rank's boxes, describe its leaves, learn everyone's.
-  std::string err;
-  try {
+// Checks this rank's boxes and learns every rank's description of its leaves
+// (collective; a bad box on any rank fails every rank).
+inline std::vector<std::vector<LeafDesc>> describe_all(const Comm& comm, const std::string& name, const Snapshot& snap) {
+  comm.run(name, [&] {
     for (const auto& l : snap.leaves)
       if (l.box) ckpt::detail::native::check_leaf_box(name, l);
-  } catch (const std::exception& e) {
-    err = e.what();
-  }
-  comm.agree(name, err);
+  });
   const auto descs = comm.allgather(describe(snap));
   std::vector<std::vector<LeafDesc>> all;
   for (const auto& d : descs) all.push_back(parse_description(d));
-  Plan plan = make_plan(name, all, opts.inline_threshold);  // the same outcome everywhere
+  return all;
+}
 
-  // 2. Rank 0 makes the staging directory; everyone learns where.
-  std::optional<io::StagingDir> staging;
+// Rank 0 makes the staging directory (held in `staging`); every rank learns its path.
+inline fs::path make_staging(const Comm& comm, const fs::path& dir, const SaveOptions& opts,
+                             std::optional<io::StagingDir>& staging) {
+  const std::string name = dir.string();
   std::string path;
   comm.run(name, [&] {
     if (comm.rank() != 0) return;
@@ -284,7 +224,22 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
     staging.emplace(dir);
     path = staging->path().string();
   });
-  const fs::path tmp = comm.broadcast(path, 0);
+  return comm.broadcast(path, 0);
+}
+
+// The collective save of a snapshot every rank has taken (see the top of this file).
+// in_staging runs on every rank once its data file is durable, in the staging directory
+// (each rank's failure there fails the save on every rank, as a data file's would);
+// before_commit runs on rank 0 only, after the manifest, before the commit.
+inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot& snap, const SaveOptions& opts,
+                          const BeforeCommit& before_commit = nullptr, const BeforeCommit& in_staging = nullptr) {
+  const std::string name = dir.string();
+  // 1. Check this rank's boxes, describe its leaves, learn everyone's.
+  Plan plan = make_plan(name, describe_all(comm, name, snap), opts.inline_threshold);  // the same everywhere
+
+  // 2. Rank 0 makes the staging directory; everyone learns where.
+  std::optional<io::StagingDir> staging;
+  const fs::path tmp = make_staging(comm, dir, opts, staging);
 
   // 3. Every rank writes and fsyncs its file; all agree it went well.
   std::vector<std::uint64_t> sums;
@@ -334,6 +289,31 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
   });
 }
 
+// The collective save of a zarr-based format (t5x, Orbax without OCDBT): every rank
+// writes its chunks (mpi/zarr_plan.hpp) into one staging directory, rank 0 also the
+// metadata files; once all agree it went well, rank 0 makes every directory's entries
+// durable and renames the directory into place.
+template <class Format>
+void save_zarr_parts(const Comm& comm, const fs::path& dir, const Snapshot& snap, const SaveOptions& opts) {
+  const std::string name = dir.string();
+  const zarr::WritePart part = plan_zarr_part(name, describe_all(comm, name, snap), comm.rank(), opts.max_memory);
+  std::optional<io::StagingDir> staging;
+  const fs::path tmp = make_staging(comm, dir, opts, staging);
+  comm.run(name, [&] { io::naming_target(dir, tmp, [&] { Format::write_part(snap, tmp, opts, part); }); });
+  comm.run(name, [&] {
+    if (comm.rank() != 0) return;
+    for (const auto& e : fs::recursive_directory_iterator(tmp))
+      if (e.is_directory()) io::sync_dir(e.path());
+    staging->commit(opts.force);
+  });
+}
+
+// A format whose ranks can each write part of one checkpoint (format/zarr/write_part.hpp).
+template <class F>
+concept writes_parts = requires(const Snapshot& s, const fs::path& d, const SaveOptions& o, const zarr::WritePart& p) {
+  F::write_part(s, d, o, p);
+};
+
 }  // namespace detail
 
 // Saves `value` into one checkpoint at dir, collectively: every rank of comm calls it
@@ -341,15 +321,18 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
 // appears whole after every rank's bytes are durable, or not at all.
 template <format_policy Format = native, class T>
 void save(const Comm& comm, const std::filesystem::path& dir, const T& value, const SaveOptions& opts = {}) {
-  static_assert(std::is_same_v<Format, native>,
-                CKPT_STATIC_ERROR("ckpt::mpi::save writes the native format only (t5x and Orbax by ranks are not "
-                                  "built yet)",
-                                  "Save with the native format, then convert it on one process if you need another.",
+  static_assert(std::is_same_v<Format, native> || detail::writes_parts<Format>,
+                CKPT_STATIC_ERROR("ckpt::mpi::save writes the native, t5x and Orbax-without-OCDBT formats; this "
+                                  "format cannot be written by several processes (OCDBT's per-process databases, "
+                                  "safetensors' single file and Flax's msgpack are not built by ranks)",
+                                  "Save with ckpt::native (or ckpt::t5x, ckpt::orbax_without_ocdbt), then convert "
+                                  "on one process if you need another.",
                                   CKPT_NAMED_ABOVE));
   node::require_tree<T>();
   Snapshot snap = take_snapshot(value);
   ckpt::detail::apply_save_options(snap, opts);
-  detail::save_snapshot(comm, dir, snap, opts);
+  if constexpr (std::is_same_v<Format, native>) detail::save_snapshot(comm, dir, snap, opts);
+  else detail::save_zarr_parts<Format>(comm, dir, snap, opts);
 }
 
 }  // namespace ckpt::mpi
