@@ -126,6 +126,12 @@ TEST_CASE("a box larger than one checksum piece: partial reads verify the pieces
   ckpt::restore_into(tmp / "c", part);
   CHECK(part.v.local.front() == static_cast<std::int32_t>(n / 2));
   CHECK(part.v.local.back() == static_cast<std::int32_t>(n / 2 + 999));
+  // The whole box, verified: its xxh3 is that of its pieces' checksums (format v2).
+  struct Plain {
+    std::vector<std::int32_t> v;
+  };
+  CHECK(ckpt::restore<Plain>(tmp / "c").v == b.v.local);
+  CHECK(ckpt::restore<Big>(tmp / "c").v.local == b.v.local);
 
   // Flip a byte in the piece the part reads: the partial read notices, with or without a full read.
   fs::path data = tmp / "c" / "data-0";
@@ -237,6 +243,18 @@ class SharedDir {
   fs::path path_;
 };
 
+// Runs f on rank 0 only; a failure there (an exception out of f) fails the test on rank
+// 0 instead of leaving the test case while the other ranks wait in the next collective.
+template <class F>
+void on_rank0(const ckpt::mpi::Comm& world, F&& f) {
+  if (world.rank() != 0) return;
+  try {
+    f();
+  } catch (const std::exception& e) {
+    FAIL_CHECK((std::string("rank 0 threw: ") + e.what()));
+  }
+}
+
 // A communicator of the ranks whose color is `color` (MPI_UNDEFINED: none), freed after.
 class SubComm {
  public:
@@ -289,14 +307,14 @@ TEST_CASE("mpi np3: saved by 2 ranks split by rows, restored on 3 split by colum
   CHECK(s.bias == std::vector<double>{0.5, 1.5, 2.5});
   CHECK(s.w.local == box(9, 7, 0, 9, c0, nc).local);
 
-  if (world.rank() == 0) {  // one process, no MPI: the whole array, or a 2x2 block
+  on_rank0(world, [&] {  // one process, no MPI: the whole array, or a 2x2 block
     CHECK(ckpt::restore<PlainState>(dir / "c").w == global_w(9, 7));
     ShardedState b;
     b.w = {{9, 7}, {3, 5}, xt::zeros<float>({2, 2})};
     ckpt::restore_into(dir / "c", b);
     CHECK(b.w.local == box(9, 7, 3, 2, 5, 2).local);
     CHECK(ckpt::open_index(dir / "c")->info().processes == 2);
-  }
+  });
 }
 
 TEST_CASE("mpi np3: 10 rows on 3 ranks; restore<T> gives each rank its saved box, or says to use restore_into") {
@@ -326,7 +344,7 @@ TEST_CASE("mpi np4: replicas are written once; large replicated leaves are sprea
     ckpt::Sharded<std::vector<float>> w;  // 2 shards, each held by 2 ranks (data-parallel replicas)
     xt::xtensor<double, 2> embed;         // replicated, 4 MiB: split by rows over the 4 ranks
   };
-  const std::size_t n = 1 << 18;  // floats per shard: 1 MiB
+  const std::size_t n = (1 << 18) + 1024;  // floats per shard: 1 MiB + 4 KiB, two checksum pieces
   State s;
   const std::size_t shard = static_cast<std::size_t>(world.rank() % 2);
   s.w = {{2 * n}, {shard * n}, std::vector<float>(n)};
@@ -346,7 +364,7 @@ TEST_CASE("mpi np4: replicas are written once; large replicated leaves are sprea
   CHECK(last.bytes_total > 0);  // every rank writes a part (below)
   CHECK(last.leaves_done == last.leaves_total);
 
-  if (world.rank() == 0) {
+  on_rank0(world, [&] {
     std::uintmax_t on_disk = 0;
     for (int r = 0; r < 4; ++r) {
       const fs::path f = dir / ("c/data-" + std::to_string(r));
@@ -359,7 +377,7 @@ TEST_CASE("mpi np4: replicas are written once; large replicated leaves are sprea
     CHECK(w.size() == 2 * n);
     CHECK(w[n + 5] == static_cast<float>(n + 5));
     CHECK(whole.leaf("embed").as<xt::xtensor<double, 2>>() == s.embed);
-  }
+  });
   // Each rank's own box back, and load_and_broadcast: rank 0 reads `embed` for everyone.
   State t;
   t.w = {{2 * n}, {(3 - shard) % 2 * n}, std::vector<float>(n)};
@@ -457,7 +475,7 @@ TEST_CASE("mpi np4: t5x and Orbax (no OCDBT) written by 4 ranks, each its chunks
   CHECK(last.bytes_done == last.bytes_total);
   CHECK(last.bytes_total > 0);  // every rank writes some chunks
   ckpt::mpi::save<ckpt::orbax_without_ocdbt>(world, dir / "orbax", s, {.max_memory = 1 << 20});
-  if (world.rank() == 0) {
+  on_rank0(world, [&] {
     CHECK(ckpt::open_index(dir / "t5x")->info().format == "t5x");
     check_zarr_tree(ckpt::restore_tree(dir / "t5x"), "name");
     check_zarr_tree(ckpt::restore_tree(dir / "orbax"), "name");
@@ -465,7 +483,7 @@ TEST_CASE("mpi np4: t5x and Orbax (no OCDBT) written by 4 ranks, each its chunks
     CHECK(test::python(zarr_oracle, dir / "orbax/default").find("zarr-python agrees") != std::string::npos);
     CHECK(fs::exists(dir / "orbax/default/_METADATA"));
     for (const auto& e : fs::directory_iterator(dir / "")) CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
-  }
+  });
   // Restored on 4 ranks onto another split: `rows` by columns.
   ZarrState t = zarr_state(world.rank());
   const auto [c0, nc] = split(6, 4, static_cast<std::size_t>(world.rank()));
@@ -501,10 +519,10 @@ TEST_CASE("mpi np2: a rank failing mid-save leaves no checkpoint, every rank hea
   CHECK_THROWS_CKPT(ckpt::mpi::save(world, dir / "2", s), ckpt::Error, "rank 1 of 2 failed: ");
   if (world.rank() == 1) setrlimit(RLIMIT_FSIZE, &old);
   world.barrier();
-  if (world.rank() == 0) {
+  on_rank0(world, [&] {
     CHECK_FALSE(fs::exists(dir / "2"));
     for (const auto& e : fs::directory_iterator(dir / "")) CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
-  }
+  });
   const auto back = ckpt::mpi::restore<ShardedState>(world, dir / "1");
   CHECK(back.step == 42);
   // Every rank throws the kind of error the failing rank threw: a target whose global
@@ -534,10 +552,10 @@ TEST_CASE("mpi np2: the manager across ranks: same steps everywhere, retention b
     }
     mgr.wait_until_finished();
     CHECK(mgr.all_steps() == std::vector<std::int64_t>{3, 4});
-    if (world.rank() == 0) {
+    on_rank0(world, [&] {
       CHECK(fs::exists(dir / "run/4"));
       CHECK_FALSE(fs::exists(dir / "run/2"));
-    }
+    });
     const auto back = mgr.restore();
     CHECK(back.step == 4);
     CHECK(back.w.local == rows_of(64, 16, world.rank(), 2).w.local);
@@ -584,11 +602,11 @@ TEST_CASE("mpi np2: items across ranks: each rank's own, a shared one written on
     CHECK(mgr.all_steps() == std::vector<std::int64_t>{1});
   }
   world.barrier();
-  if (world.rank() == 0) {  // on disk: each item once, in the committed step
+  on_rank0(world, [&] {  // on disk: each item once, in the committed step
     CHECK(fs::is_directory(dir / "run/1/items/dataset-0"));
     CHECK(fs::is_directory(dir / "run/1/items/dataset-1"));
     CHECK(fs::is_regular_file(dir / "run/1/items/config.json"));
-  }
+  });
   // a restarted job's manager lists them, and a one-process manager reads them too
   ckpt::mpi::CheckpointManager<ShardedState> again(world, dir / "run");
   CHECK(again.restore_item<Position>(1, own).shard == world.rank());

@@ -187,8 +187,10 @@ inline std::vector<std::uint64_t> write_jobs(const fs::path& staging, int rank, 
   ckpt::detail::native::write_data_file(staging / rank_file(rank), mine, entries, order, &progress);
   for (std::size_t k = 0; k < jobs.size(); ++k) {
     out.push_back(entries[k].checksum);
-    const auto pieces = jobs[k].box >= 0 ? ckpt::detail::native::piece_checksums(mine.leaves[k].data.view)
-                                         : std::vector<std::uint64_t>{};
+    // a box's piece checksums are the writer's chunk checksums (1 MiB each): not hashed twice
+    const auto pieces = jobs[k].box < 0 ? std::vector<std::uint64_t>{}
+                        : !entries[k].chunk_xxh3.empty() ? entries[k].chunk_xxh3
+                                                         : ckpt::detail::native::piece_checksums(mine.leaves[k].data.view);
     out.push_back(pieces.size());
     out.insert(out.end(), pieces.begin(), pieces.end());
   }

@@ -49,7 +49,8 @@ inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, st
     IndexBox b;
     b.origin = l.box->origin;
     b.bytes = std::move(entries[i]);
-    b.pieces = piece_checksums(l.data.view);
+    // the writer's chunk checksums are the pieces' (1 MiB each): not hashed twice
+    b.pieces = b.bytes.chunk_xxh3.empty() ? piece_checksums(l.data.view) : b.bytes.chunk_xxh3;
     b.ranks = {0};
     IndexEntry e;
     e.path = b.bytes.path;

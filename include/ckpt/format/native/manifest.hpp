@@ -235,6 +235,15 @@ inline void decode_boxes(const detail::mp::Reader& lr, const msgpack::object& bo
       }
     }
     decode_storage(lr, bo, b.bytes);
+    // Writers since format v2's chunk checksums hash a box larger than a chunk chunk by
+    // chunk, like any leaf: its xxh3 is then that of its pieces' checksums, which are its
+    // chunk checksums, and a read of the whole box verifies it chunk by chunk. (Boxes
+    // hashed whole, by earlier writers, keep the whole-box check.)
+    static_assert(box_piece == checksum_chunk_bytes);
+    if (!b.pieces.empty() && b.bytes.chunk_xxh3.empty() && chunk_list_xxh3(b.pieces) == b.bytes.checksum) {
+      b.bytes.chunk_bytes = checksum_chunk_bytes;
+      b.bytes.chunk_xxh3 = b.pieces;
+    }
     e.boxes.push_back(std::move(b));
   }
 }
