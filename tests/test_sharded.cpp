@@ -458,9 +458,29 @@ i, j = np.indices((300, 1000)); e = arr("embed"); assert (e[:] == ((1000 * i + j
 assert e.chunks[0] < 300, e.chunks
 print("zarr-python agrees")
 )";
+
+// The same arrays, read from an Orbax OCDBT item by the independent OCDBT decoder.
+std::string ocdbt_oracle() {
+  return "import importlib.util, sys, numpy as np\n"
+         "spec = importlib.util.spec_from_file_location('o', '" +
+         (fs::path(CKPT_FIXTURES_DIR) / "orbax/ocdbt_compat_202603/oracle_ocdbt.py").string() +
+         "')\n"
+         "o = importlib.util.module_from_spec(spec); spec.loader.exec_module(o)\n"
+         "items = list(o.OcdbtDb(sys.argv[1]).items())\n"
+         "kv = {k: v for k, v, h in items}\n"
+         "def arr(name): return o.decode_zarr(kv, name)[1]\n"
+         "i, j = np.indices((16, 6)); assert (arr('rows') == (100 * i + j).astype(np.float32)).all()\n"
+         "i, j = np.indices((8, 11)); assert (arr('blocks') == 1000.0 * i + j + 0.5).all()\n"
+         "assert (arr('uneven') == 7 * np.arange(10)).all()\n"
+         "assert (arr('replicas') == np.arange(64)).all()\n"
+         "i, j = np.indices((300, 1000)); assert (arr('embed') == ((1000 * i + j) % 997).astype(np.float32)).all()\n"
+         "# large chunks stay in the process databases' files, referred to from the root\n"
+         "assert any('indirect:ocdbt.process_' in h for k, v, h in items), [h for k, v, h in items]\n"
+         "print('OCDBT oracle agrees')\n";
+}
 }  // namespace
 
-TEST_CASE("mpi np4: t5x and Orbax (no OCDBT) written by 4 ranks, each its chunks; zarr-python reads the arrays") {
+TEST_CASE("mpi np4: t5x and Orbax (OCDBT or not) written by 4 ranks, each its chunks; zarr-python and the OCDBT oracle read them") {
   const ckpt::mpi::Comm world(MPI_COMM_WORLD);
   SharedDir dir(world);
   const ZarrState s = zarr_state(world.rank());
@@ -475,6 +495,7 @@ TEST_CASE("mpi np4: t5x and Orbax (no OCDBT) written by 4 ranks, each its chunks
   CHECK(last.bytes_done == last.bytes_total);
   CHECK(last.bytes_total > 0);  // every rank writes some chunks
   ckpt::mpi::save<ckpt::orbax_without_ocdbt>(world, dir / "orbax", s, {.max_memory = 1 << 20});
+  ckpt::mpi::save<ckpt::orbax>(world, dir / "ocdbt", s, {.max_memory = 1 << 20});  // per-process databases, merged
   on_rank0(world, [&] {
     CHECK(ckpt::open_index(dir / "t5x")->info().format == "t5x");
     check_zarr_tree(ckpt::restore_tree(dir / "t5x"), "name");
@@ -482,6 +503,9 @@ TEST_CASE("mpi np4: t5x and Orbax (no OCDBT) written by 4 ranks, each its chunks
     CHECK(test::python(zarr_oracle, dir / "t5x").find("zarr-python agrees") != std::string::npos);
     CHECK(test::python(zarr_oracle, dir / "orbax/default").find("zarr-python agrees") != std::string::npos);
     CHECK(fs::exists(dir / "orbax/default/_METADATA"));
+    check_zarr_tree(ckpt::restore_tree(dir / "ocdbt"), "name");
+    for (int r = 0; r < 4; ++r) CHECK(fs::exists(dir / ("ocdbt/default/ocdbt.process_" + std::to_string(r) + "/manifest.ocdbt")));
+    CHECK(test::python(ocdbt_oracle(), dir / "ocdbt/default").find("OCDBT oracle agrees") != std::string::npos);
     for (const auto& e : fs::directory_iterator(dir / "")) CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
   });
   // Restored on 4 ranks onto another split: `rows` by columns.

@@ -11538,6 +11538,7 @@ inline const bool flax_msgpack_registered = register_format<flax_msgpack>(40);
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -11765,22 +11766,28 @@ inline std::vector<DataFile> read_data_file_table(Cursor& c, const std::string& 
   return out;
 }
 
-// Writes a table of plain paths (no transitive part; base path = the whole path's
-// directory part, as TensorStore writes "d/" + name).
-inline void write_data_file_table(std::vector<std::byte>& out, const std::vector<std::string>& paths) {
+// Writes a table of paths (no transitive part). bases[i] is how much of paths[i] is
+// its base path: "" for a database's own "d/" + name (as TensorStore writes them),
+// "ocdbt.process_1/" for a file of a per-process database the root refers to (whose
+// own references are then relative to that directory). Empty bases: all "".
+inline void write_data_file_table(std::vector<std::byte>& out, const std::vector<std::string>& paths,
+                                  const std::vector<std::size_t>& bases = {}) {
   put_varint(out, paths.size());
   if (paths.empty()) return;
+  auto base = [&](std::size_t i) { return bases.empty() ? std::size_t{0} : bases[i]; };
   std::vector<std::size_t> prefix(paths.size(), 0);
   for (std::size_t i = 1; i < paths.size(); ++i) {
     std::size_t k = 0;
     while (k < paths[i].size() && k < paths[i - 1].size() && paths[i][k] == paths[i - 1][k]) ++k;
+    // the spec: the common prefix may not extend past either base path unless the
+    // two base paths are equal
+    const bool same_base = base(i) == base(i - 1) && paths[i].compare(0, base(i), paths[i - 1], 0, base(i - 1)) == 0;
+    if (!same_base) k = std::min({k, base(i), base(i - 1)});
     prefix[i] = k;
   }
-  // The spec wants the common prefix not to extend past either base path unless the
-  // bases are equal; every base written here is "" so the prefix may be anything.
   for (std::size_t i = 1; i < paths.size(); ++i) put_varint(out, prefix[i]);
   for (std::size_t i = 0; i < paths.size(); ++i) put_varint(out, paths[i].size() - prefix[i]);
-  for (std::size_t i = 0; i < paths.size(); ++i) put_varint(out, 0);
+  for (std::size_t i = 0; i < paths.size(); ++i) put_varint(out, base(i));
   for (std::size_t i = 0; i < paths.size(); ++i)
     for (std::size_t k = prefix[i]; k < paths[i].size(); ++k) out.push_back(static_cast<std::byte>(paths[i][k]));
 }
@@ -12341,6 +12348,23 @@ class Writer {
     entries_.push_back(std::move(e));
   }
 
+  // Adds key = a value already stored in another database's data file, `file` (relative
+  // to this database, e.g. "ocdbt.process_1/d/<hex>", whose directory part up to
+  // `base` bytes is that database's), at [offset, offset + length): how the root
+  // database of a multi-process save refers to what each process wrote.
+  void put_ref(std::string key, std::string file, std::size_t base, std::uint64_t offset, std::uint64_t length) {
+    if (key.size() > max_node_bytes) throw Error(dir_.string(), "", "OCDBT key too long");
+    Entry e;
+    e.key = std::move(key);
+    e.length = length;
+    e.offset = offset;
+    e.indirect = true;
+    e.file = std::move(file);
+    e.base = base;
+    indirect_bytes_ += length;
+    entries_.push_back(std::move(e));
+  }
+
   // Writes the nodes and the manifest (written last, replacing any older one by rename).
   void commit() {
     std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.key < b.key; });
@@ -12436,6 +12460,8 @@ class Writer {
     std::uint64_t length = 0, offset = 0;
     bool indirect = false;
     std::vector<std::byte> bytes;
+    std::string file;       // an indirect value's data file when not this writer's (put_ref)
+    std::size_t base = 0;   // how much of `file` is its base path
   };
   struct Child {
     std::string first_key;
@@ -12485,10 +12511,26 @@ class Writer {
       }
       std::vector<std::byte> b;
       b.push_back(std::byte{0});  // height
-      const bool any_indirect = std::any_of(entries_.begin() + static_cast<std::ptrdiff_t>(i), entries_.begin() + static_cast<std::ptrdiff_t>(j),
-                                            [](const Entry& e) { return e.indirect; });
-      if (any_indirect) write_data_file_table(b, {data_name_});
-      else put_varint(b, 0);
+      // the node's data files: this writer's, and those put_ref named, sorted by path
+      std::vector<std::pair<std::string, std::size_t>> table;
+      for (std::size_t k = i; k < j; ++k)
+        if (entries_[k].indirect)
+          table.emplace_back(entries_[k].file.empty() ? data_name_ : entries_[k].file, entries_[k].base);
+      std::sort(table.begin(), table.end());
+      table.erase(std::unique(table.begin(), table.end()), table.end());
+      auto file_id = [&](const Entry& e) {
+        const std::pair<std::string, std::size_t> f{e.file.empty() ? data_name_ : e.file, e.base};
+        return static_cast<std::size_t>(std::lower_bound(table.begin(), table.end(), f) - table.begin());
+      };
+      {
+        std::vector<std::string> paths;
+        std::vector<std::size_t> bases;
+        for (const auto& [path, base] : table) {
+          paths.push_back(path);
+          bases.push_back(base);
+        }
+        write_data_file_table(b, paths, bases);
+      }
       put_varint(b, j - i);
       std::vector<const std::string*> keys;
       for (std::size_t k = i; k < j; ++k) keys.push_back(&entries_[k].key);
@@ -12497,7 +12539,7 @@ class Writer {
       for (std::size_t k = i; k < j; ++k) put_varint(b, entries_[k].length);
       for (std::size_t k = i; k < j; ++k) put_varint(b, entries_[k].indirect ? 1 : 0);
       for (std::size_t k = i; k < j; ++k)
-        if (entries_[k].indirect) put_varint(b, 0);
+        if (entries_[k].indirect) put_varint(b, file_id(entries_[k]));
       for (std::size_t k = i; k < j; ++k)
         if (entries_[k].indirect) {
           put_varint(b, entries_[k].offset);
@@ -12749,6 +12791,7 @@ namespace ckpt::zarr {
 struct WritePart {
   bool planned = false;                      // false: one process writes everything (ckpt::save)
   bool metadata = true;                      // this process writes .zarray and the format's files
+  int process = 0;                           // which process this is (OCDBT: its own database)
   std::vector<Shape> chunks;                 // per leaf: its array's chunk shape
   std::vector<std::vector<Region>> regions;  // per leaf: what this process writes of it
   // One process writes everything, chunks as meta_for cuts them.
@@ -13891,15 +13934,46 @@ inline std::string zarray_text(const zarr::ArrayMeta& m) {
   return j.dump();
 }
 
+// Puts what this process writes of array `name` into the database: `.zarray` when
+// `metadata`, then the chunks in its regions, each compressed on its own.
+inline void put_array_part(ocdbt::Writer& w, const std::string& name, const zarr::ArrayMeta& m, const LeafBytes& src,
+                           std::span<const zarr::Region> regions, bool metadata,
+                           exec::ProgressTracker* progress = nullptr) {
+  if (metadata) {
+    const std::string zarray = zarray_text(m);
+    w.put(name + "/.zarray", std::as_bytes(std::span(zarray)));
+  }
+  for (const zarr::Region& r : regions)
+    zarr::encode_chunks(
+        m, src, r, '.', [&](const std::string& key, std::span<const std::byte> bytes) { w.put(name + "/" + key, bytes); },
+        progress);
+}
+
 // Puts array `name` into the database: `.zarray`, then its chunks (along the first
-// dimension, as meta_for cuts them), each compressed on its own.
+// dimension, as meta_for cuts them).
 inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::ArrayMeta& m, const LeafBytes& src,
                       exec::ProgressTracker* progress = nullptr) {
-  const std::string zarray = zarray_text(m);
-  w.put(name + "/.zarray", std::as_bytes(std::span(zarray)));
-  zarr::encode_chunks(
-      m, src, '.', [&](const std::string& key, std::span<const std::byte> bytes) { w.put(name + "/" + key, bytes); },
-      progress);
+  const zarr::Region all = zarr::whole(m);
+  put_array_part(w, name, m, src, std::span(&all, 1), true, progress);
+}
+
+// The database of process `p` of a multi-process save, inside the item directory.
+inline std::string process_database(int p) { return "ocdbt.process_" + std::to_string(p); }
+
+// Writes the item's root database from the per-process ones, as Orbax merges them after
+// a multi-process save: every key of every process, small values copied inline, large
+// ones referring to the process's data file (base path "ocdbt.process_<i>/").
+inline void merge_process_databases(const fs::path& item, int processes, const std::string& ckpt) {
+  ocdbt::Writer root(item);
+  for (int p = 0; p < processes; ++p) {
+    const std::string sub = process_database(p) + "/";
+    const auto db = ocdbt::Database::open(item / sub, ckpt);
+    for (const auto& [key, v] : db->values()) {
+      if (v.file == SIZE_MAX) root.put(key, std::as_bytes(std::span(v.bytes)));
+      else root.put_ref(key, sub + db->data_files()[v.file].path, sub.size(), v.offset, v.length);
+    }
+  }
+  root.commit();
 }
 }  // namespace detail::orbax
 
@@ -13916,13 +13990,18 @@ struct basic_orbax {
 
   // What one process writes when several write the checkpoint (zarr/write_part.hpp):
   // its regions of the arrays; the process with `part.metadata` the .zarray files,
-  // _METADATA, _strings.json, _CHECKPOINT_METADATA and commit_success.txt. Not with
-  // OCDBT, whose per-process databases ckpt does not write.
+  // _METADATA, _strings.json, _CHECKPOINT_METADATA and commit_success.txt. With OCDBT,
+  // each process writes its own database, ocdbt.process_<i>/, which merge_parts then
+  // makes into the item's root database (as Orbax does).
   static void write_part(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt,
-                         const zarr::WritePart& part)
-    requires(Layout == orbax_layout::directories)
-  {
+                         const zarr::WritePart& part) {
     write_any(s, dir, opt, part);
+  }
+
+  // After every process's write_part: one process merges the per-process databases.
+  static void merge_parts(const std::filesystem::path& dir, int processes) {
+    if constexpr (Layout == orbax_layout::ocdbt)
+      detail::orbax::merge_process_databases(dir / detail::orbax::default_item, processes, dir.string());
   }
 
  private:
@@ -13937,7 +14016,8 @@ struct basic_orbax {
     std::set<std::string> names;
     exec::ProgressTracker progress(opt.progress, zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
     std::optional<ocdbt::Writer> db;
-    if constexpr (use_ocdbt) db.emplace(item);
+    // several processes: each its own database, merged into the root one afterwards
+    if constexpr (use_ocdbt) db.emplace(part.whole() ? item : item / od::process_database(part.process));
     for (std::size_t i = 0; i < s.leaves.size(); ++i) {
       const SnapshotLeaf& l = s.leaves[i];
       std::string name;
@@ -13961,8 +14041,12 @@ struct basic_orbax {
           throw Error(ckpt, l.path.str(), "path cannot name an Orbax array directory");
         type = zarr::array_shape(l).empty() ? "scalar" : "np.ndarray";
         const auto meta = zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
-        if constexpr (use_ocdbt) od::put_array(*db, name, meta, l.data, &progress);
-        else zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
+        if constexpr (use_ocdbt) {
+          if (part.whole()) od::put_array(*db, name, meta, l.data, &progress);
+          else od::put_array_part(*db, name, meta, l.data, part.regions.at(i), part.metadata, &progress);
+        } else {
+          zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
+        }
         // Orbax's write_shape: a shard's shape (rank 0's box of a Sharded leaf), else the whole
         value_meta["write_shape"] = l.data.shape;
       }

@@ -325,15 +325,46 @@ inline std::string zarray_text(const zarr::ArrayMeta& m) {
   return j.dump();
 }
 
+// Puts what this process writes of array `name` into the database: `.zarray` when
+// `metadata`, then the chunks in its regions, each compressed on its own.
+inline void put_array_part(ocdbt::Writer& w, const std::string& name, const zarr::ArrayMeta& m, const LeafBytes& src,
+                           std::span<const zarr::Region> regions, bool metadata,
+                           exec::ProgressTracker* progress = nullptr) {
+  if (metadata) {
+    const std::string zarray = zarray_text(m);
+    w.put(name + "/.zarray", std::as_bytes(std::span(zarray)));
+  }
+  for (const zarr::Region& r : regions)
+    zarr::encode_chunks(
+        m, src, r, '.', [&](const std::string& key, std::span<const std::byte> bytes) { w.put(name + "/" + key, bytes); },
+        progress);
+}
+
 // Puts array `name` into the database: `.zarray`, then its chunks (along the first
-// dimension, as meta_for cuts them), each compressed on its own.
+// dimension, as meta_for cuts them).
 inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::ArrayMeta& m, const LeafBytes& src,
                       exec::ProgressTracker* progress = nullptr) {
-  const std::string zarray = zarray_text(m);
-  w.put(name + "/.zarray", std::as_bytes(std::span(zarray)));
-  zarr::encode_chunks(
-      m, src, '.', [&](const std::string& key, std::span<const std::byte> bytes) { w.put(name + "/" + key, bytes); },
-      progress);
+  const zarr::Region all = zarr::whole(m);
+  put_array_part(w, name, m, src, std::span(&all, 1), true, progress);
+}
+
+// The database of process `p` of a multi-process save, inside the item directory.
+inline std::string process_database(int p) { return "ocdbt.process_" + std::to_string(p); }
+
+// Writes the item's root database from the per-process ones, as Orbax merges them after
+// a multi-process save: every key of every process, small values copied inline, large
+// ones referring to the process's data file (base path "ocdbt.process_<i>/").
+inline void merge_process_databases(const fs::path& item, int processes, const std::string& ckpt) {
+  ocdbt::Writer root(item);
+  for (int p = 0; p < processes; ++p) {
+    const std::string sub = process_database(p) + "/";
+    const auto db = ocdbt::Database::open(item / sub, ckpt);
+    for (const auto& [key, v] : db->values()) {
+      if (v.file == SIZE_MAX) root.put(key, std::as_bytes(std::span(v.bytes)));
+      else root.put_ref(key, sub + db->data_files()[v.file].path, sub.size(), v.offset, v.length);
+    }
+  }
+  root.commit();
 }
 }  // namespace detail::orbax
 
@@ -350,13 +381,18 @@ struct basic_orbax {
 
   // What one process writes when several write the checkpoint (zarr/write_part.hpp):
   // its regions of the arrays; the process with `part.metadata` the .zarray files,
-  // _METADATA, _strings.json, _CHECKPOINT_METADATA and commit_success.txt. Not with
-  // OCDBT, whose per-process databases ckpt does not write.
+  // _METADATA, _strings.json, _CHECKPOINT_METADATA and commit_success.txt. With OCDBT,
+  // each process writes its own database, ocdbt.process_<i>/, which merge_parts then
+  // makes into the item's root database (as Orbax does).
   static void write_part(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt,
-                         const zarr::WritePart& part)
-    requires(Layout == orbax_layout::directories)
-  {
+                         const zarr::WritePart& part) {
     write_any(s, dir, opt, part);
+  }
+
+  // After every process's write_part: one process merges the per-process databases.
+  static void merge_parts(const std::filesystem::path& dir, int processes) {
+    if constexpr (Layout == orbax_layout::ocdbt)
+      detail::orbax::merge_process_databases(dir / detail::orbax::default_item, processes, dir.string());
   }
 
  private:
@@ -371,7 +407,8 @@ struct basic_orbax {
     std::set<std::string> names;
     exec::ProgressTracker progress(opt.progress, zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
     std::optional<ocdbt::Writer> db;
-    if constexpr (use_ocdbt) db.emplace(item);
+    // several processes: each its own database, merged into the root one afterwards
+    if constexpr (use_ocdbt) db.emplace(part.whole() ? item : item / od::process_database(part.process));
     for (std::size_t i = 0; i < s.leaves.size(); ++i) {
       const SnapshotLeaf& l = s.leaves[i];
       std::string name;
@@ -395,8 +432,12 @@ struct basic_orbax {
           throw Error(ckpt, l.path.str(), "path cannot name an Orbax array directory");
         type = zarr::array_shape(l).empty() ? "scalar" : "np.ndarray";
         const auto meta = zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
-        if constexpr (use_ocdbt) od::put_array(*db, name, meta, l.data, &progress);
-        else zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
+        if constexpr (use_ocdbt) {
+          if (part.whole()) od::put_array(*db, name, meta, l.data, &progress);
+          else od::put_array_part(*db, name, meta, l.data, part.regions.at(i), part.metadata, &progress);
+        } else {
+          zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
+        }
         // Orbax's write_shape: a shard's shape (rank 0's box of a Sharded leaf), else the whole
         value_meta["write_shape"] = l.data.shape;
       }

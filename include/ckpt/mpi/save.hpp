@@ -14,9 +14,10 @@
 // and the commit marker and renames the directory into place. If any rank fails, no
 // rank sees a checkpoint and every rank throws a ckpt::Error naming the failed rank.
 //
-// save<ckpt::t5x> and save<ckpt::orbax_without_ocdbt> write zarr arrays of the global
-// shapes instead: each rank the chunks of its boxes (mpi/zarr_plan.hpp), rank 0 the
-// metadata files, with the same staging directory, agreement and rename.
+// save<ckpt::t5x> and save<ckpt::orbax> (OCDBT or not) write zarr arrays of the global
+// shapes instead: each rank the chunks of its boxes (mpi/zarr_plan.hpp; with OCDBT into
+// its own database, which rank 0 then merges into the root one), rank 0 the metadata
+// files, with the same staging directory, agreement and rename.
 #pragma once
 
 #include <algorithm>
@@ -291,7 +292,7 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
   });
 }
 
-// The collective save of a zarr-based format (t5x, Orbax without OCDBT): every rank
+// The collective save of a zarr-based format (t5x, Orbax): every rank
 // writes its chunks (mpi/zarr_plan.hpp) into one staging directory, rank 0 also the
 // metadata files; once all agree it went well, rank 0 makes every directory's entries
 // durable and renames the directory into place.
@@ -304,6 +305,8 @@ void save_zarr_parts(const Comm& comm, const fs::path& dir, const Snapshot& snap
   comm.run(name, [&] { io::naming_target(dir, tmp, [&] { Format::write_part(snap, tmp, opts, part); }); });
   comm.run(name, [&] {
     if (comm.rank() != 0) return;
+    if constexpr (requires { Format::merge_parts(tmp, comm.size()); })
+      io::naming_target(dir, tmp, [&] { Format::merge_parts(tmp, comm.size()); });  // Orbax's OCDBT merge
     for (const auto& e : fs::recursive_directory_iterator(tmp))
       if (e.is_directory()) io::sync_dir(e.path());
     staging->commit(opts.force);
@@ -324,11 +327,11 @@ concept writes_parts = requires(const Snapshot& s, const fs::path& d, const Save
 template <format_policy Format = native, class T>
 void save(const Comm& comm, const std::filesystem::path& dir, const T& value, const SaveOptions& opts = {}) {
   static_assert(std::is_same_v<Format, native> || detail::writes_parts<Format>,
-                CKPT_STATIC_ERROR("ckpt::mpi::save writes the native, t5x and Orbax-without-OCDBT formats; this "
-                                  "format cannot be written by several processes (OCDBT's per-process databases, "
-                                  "safetensors' single file and Flax's msgpack are not built by ranks)",
-                                  "Save with ckpt::native (or ckpt::t5x, ckpt::orbax_without_ocdbt), then convert "
-                                  "on one process if you need another.",
+                CKPT_STATIC_ERROR("ckpt::mpi::save writes the native, t5x and Orbax formats; this format cannot "
+                                  "be written by several processes (safetensors' single file and Flax's msgpack "
+                                  "are not built by ranks)",
+                                  "Save with ckpt::native (or ckpt::t5x, ckpt::orbax), then convert on one process "
+                                  "if you need another.",
                                   CKPT_NAMED_ABOVE));
   node::require_tree<T>();
   Snapshot snap = take_snapshot(value);

@@ -1,5 +1,5 @@
 // ckpt/mpi/zarr_plan.hpp — which chunks of which zarr arrays each rank writes, when the
-// ranks write one t5x or Orbax (without OCDBT) checkpoint together
+// ranks write one t5x or Orbax checkpoint together
 // (format/zarr/write_part.hpp). Every rank works out the same plan from every rank's
 // description of its leaves:
 //   - a Sharded leaf is one zarr array of its global shape, on a chunk grid that every
@@ -130,6 +130,7 @@ inline zarr::WritePart plan_zarr_part(const std::string& dir, const std::vector<
   zarr::WritePart part;
   part.planned = true;
   part.metadata = rank == 0;
+  part.process = rank;
   part.chunks.resize(first.size());
   part.regions.resize(first.size());
   std::vector<std::uint64_t> load(static_cast<std::size_t>(P), 0);

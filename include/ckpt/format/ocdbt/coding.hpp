@@ -9,6 +9,7 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -238,22 +239,28 @@ inline std::vector<DataFile> read_data_file_table(Cursor& c, const std::string& 
   return out;
 }
 
-// Writes a table of plain paths (no transitive part; base path = the whole path's
-// directory part, as TensorStore writes "d/" + name).
-inline void write_data_file_table(std::vector<std::byte>& out, const std::vector<std::string>& paths) {
+// Writes a table of paths (no transitive part). bases[i] is how much of paths[i] is
+// its base path: "" for a database's own "d/" + name (as TensorStore writes them),
+// "ocdbt.process_1/" for a file of a per-process database the root refers to (whose
+// own references are then relative to that directory). Empty bases: all "".
+inline void write_data_file_table(std::vector<std::byte>& out, const std::vector<std::string>& paths,
+                                  const std::vector<std::size_t>& bases = {}) {
   put_varint(out, paths.size());
   if (paths.empty()) return;
+  auto base = [&](std::size_t i) { return bases.empty() ? std::size_t{0} : bases[i]; };
   std::vector<std::size_t> prefix(paths.size(), 0);
   for (std::size_t i = 1; i < paths.size(); ++i) {
     std::size_t k = 0;
     while (k < paths[i].size() && k < paths[i - 1].size() && paths[i][k] == paths[i - 1][k]) ++k;
+    // the spec: the common prefix may not extend past either base path unless the
+    // two base paths are equal
+    const bool same_base = base(i) == base(i - 1) && paths[i].compare(0, base(i), paths[i - 1], 0, base(i - 1)) == 0;
+    if (!same_base) k = std::min({k, base(i), base(i - 1)});
     prefix[i] = k;
   }
-  // The spec wants the common prefix not to extend past either base path unless the
-  // bases are equal; every base written here is "" so the prefix may be anything.
   for (std::size_t i = 1; i < paths.size(); ++i) put_varint(out, prefix[i]);
   for (std::size_t i = 0; i < paths.size(); ++i) put_varint(out, paths[i].size() - prefix[i]);
-  for (std::size_t i = 0; i < paths.size(); ++i) put_varint(out, 0);
+  for (std::size_t i = 0; i < paths.size(); ++i) put_varint(out, base(i));
   for (std::size_t i = 0; i < paths.size(); ++i)
     for (std::size_t k = prefix[i]; k < paths[i].size(); ++k) out.push_back(static_cast<std::byte>(paths[i][k]));
 }

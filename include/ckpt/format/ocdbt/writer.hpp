@@ -71,6 +71,23 @@ class Writer {
     entries_.push_back(std::move(e));
   }
 
+  // Adds key = a value already stored in another database's data file, `file` (relative
+  // to this database, e.g. "ocdbt.process_1/d/<hex>", whose directory part up to
+  // `base` bytes is that database's), at [offset, offset + length): how the root
+  // database of a multi-process save refers to what each process wrote.
+  void put_ref(std::string key, std::string file, std::size_t base, std::uint64_t offset, std::uint64_t length) {
+    if (key.size() > max_node_bytes) throw Error(dir_.string(), "", "OCDBT key too long");
+    Entry e;
+    e.key = std::move(key);
+    e.length = length;
+    e.offset = offset;
+    e.indirect = true;
+    e.file = std::move(file);
+    e.base = base;
+    indirect_bytes_ += length;
+    entries_.push_back(std::move(e));
+  }
+
   // Writes the nodes and the manifest (written last, replacing any older one by rename).
   void commit() {
     std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.key < b.key; });
@@ -166,6 +183,8 @@ class Writer {
     std::uint64_t length = 0, offset = 0;
     bool indirect = false;
     std::vector<std::byte> bytes;
+    std::string file;       // an indirect value's data file when not this writer's (put_ref)
+    std::size_t base = 0;   // how much of `file` is its base path
   };
   struct Child {
     std::string first_key;
@@ -215,10 +234,26 @@ class Writer {
       }
       std::vector<std::byte> b;
       b.push_back(std::byte{0});  // height
-      const bool any_indirect = std::any_of(entries_.begin() + static_cast<std::ptrdiff_t>(i), entries_.begin() + static_cast<std::ptrdiff_t>(j),
-                                            [](const Entry& e) { return e.indirect; });
-      if (any_indirect) write_data_file_table(b, {data_name_});
-      else put_varint(b, 0);
+      // the node's data files: this writer's, and those put_ref named, sorted by path
+      std::vector<std::pair<std::string, std::size_t>> table;
+      for (std::size_t k = i; k < j; ++k)
+        if (entries_[k].indirect)
+          table.emplace_back(entries_[k].file.empty() ? data_name_ : entries_[k].file, entries_[k].base);
+      std::sort(table.begin(), table.end());
+      table.erase(std::unique(table.begin(), table.end()), table.end());
+      auto file_id = [&](const Entry& e) {
+        const std::pair<std::string, std::size_t> f{e.file.empty() ? data_name_ : e.file, e.base};
+        return static_cast<std::size_t>(std::lower_bound(table.begin(), table.end(), f) - table.begin());
+      };
+      {
+        std::vector<std::string> paths;
+        std::vector<std::size_t> bases;
+        for (const auto& [path, base] : table) {
+          paths.push_back(path);
+          bases.push_back(base);
+        }
+        write_data_file_table(b, paths, bases);
+      }
       put_varint(b, j - i);
       std::vector<const std::string*> keys;
       for (std::size_t k = i; k < j; ++k) keys.push_back(&entries_[k].key);
@@ -227,7 +262,7 @@ class Writer {
       for (std::size_t k = i; k < j; ++k) put_varint(b, entries_[k].length);
       for (std::size_t k = i; k < j; ++k) put_varint(b, entries_[k].indirect ? 1 : 0);
       for (std::size_t k = i; k < j; ++k)
-        if (entries_[k].indirect) put_varint(b, 0);
+        if (entries_[k].indirect) put_varint(b, file_id(entries_[k]));
       for (std::size_t k = i; k < j; ++k)
         if (entries_[k].indirect) {
           put_varint(b, entries_[k].offset);

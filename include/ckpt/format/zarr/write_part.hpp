@@ -27,6 +27,7 @@ namespace ckpt::zarr {
 struct WritePart {
   bool planned = false;                      // false: one process writes everything (ckpt::save)
   bool metadata = true;                      // this process writes .zarray and the format's files
+  int process = 0;                           // which process this is (OCDBT: its own database)
   std::vector<Shape> chunks;                 // per leaf: its array's chunk shape
   std::vector<std::vector<Region>> regions;  // per leaf: what this process writes of it
   // One process writes everything, chunks as meta_for cuts them.
