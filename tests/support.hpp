@@ -172,6 +172,67 @@ inline std::uint64_t peak_rss_bytes() { return status_kib("VmHWM:") * 1024; }
 inline std::uint64_t rss_bytes() { return status_kib("VmRSS:") * 1024; }
 inline void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
+// Bytes this process has read through read(2)/pread(2) so far (rchar of /proc/self/io).
+inline std::uint64_t bytes_read() {
+  std::ifstream f("/proc/self/io");
+  std::string key;
+  std::uint64_t v = 0;
+  while (f >> key >> v)
+    if (key == "rchar:") return v;
+  return 0;
+}
+
+// Reads boxes of leaf p (each dimension: every origin and extent, or in a long one
+// those at its ends and middle) through
+// Index::read_box and compares it with the same box cut from the whole leaf; returns
+// "" or the first box that differs, and counts the boxes in `boxes`.
+inline std::string boxes_agree(const ckpt::Index& index, const ckpt::Path& p, std::size_t& boxes) {
+  const ckpt::IndexEntry* e = index.find(p);
+  if (!e) return "no leaf " + p.str();
+  std::vector<std::byte> whole(e->length);
+  index.read(*e, whole);
+  const std::size_t es = ckpt::dtype_size(e->type), rank = e->shape.size();
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> choices(rank);
+  for (std::size_t k = 0; k < rank; ++k) {
+    // cut points: all of them in a short dimension, else the ends, the middle and their neighbours
+    const std::int64_t s = e->shape[k];
+    std::vector<std::int64_t> cuts;
+    if (s <= 12) {
+      for (std::int64_t c = 0; c <= s; ++c) cuts.push_back(c);
+    } else {
+      cuts = {0, 1, 2, s / 2 - 1, s / 2, s / 2 + 1, s - 2, s - 1, s};
+    }
+    for (std::size_t a = 0; a < cuts.size(); ++a)
+      for (std::size_t b = a + 1; b < cuts.size(); ++b) choices[k].push_back({cuts[a], cuts[b] - cuts[a]});
+  }
+  std::vector<std::size_t> pick(rank, 0);
+  for (;;) {
+    ckpt::Shape origin(rank), shape(rank);
+    for (std::size_t k = 0; k < rank; ++k) std::tie(origin[k], shape[k]) = choices[k][pick[k]];
+    std::vector<std::byte> want(static_cast<std::size_t>(ckpt::element_count(shape)) * es), got(want.size());
+    // the box cut from the whole: element by element, row-major on both sides
+    std::vector<std::int64_t> at(rank, 0);
+    for (std::size_t i = 0; i < want.size() / es; ++i) {
+      std::size_t src = 0;
+      for (std::size_t k = 0; k < rank; ++k) src = src * static_cast<std::size_t>(e->shape[k]) + static_cast<std::size_t>(origin[k] + at[k]);
+      std::memcpy(want.data() + i * es, whole.data() + src * es, es);
+      for (std::size_t k = rank; k-- > 0;) {
+        if (++at[k] < shape[k]) break;
+        at[k] = 0;
+      }
+    }
+    index.read_box(*e, origin, shape, got);
+    ++boxes;
+    if (got != want) return "box at " + ckpt::shape_str(origin) + " of shape " + ckpt::shape_str(shape) + " differs";
+    std::size_t k = rank;
+    while (k-- > 0) {
+      if (++pick[k] < choices[k].size()) break;
+      pick[k] = 0;
+    }
+    if (k == static_cast<std::size_t>(-1)) return "";
+  }
+}
+
 }  // namespace test
 
 // Sanitizers' shadow memory and quarantines make resident-set and address-space figures

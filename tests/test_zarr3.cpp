@@ -309,6 +309,13 @@ TEST_CASE("zarr v3: bytes (both endians), transpose, gzip, zstd, blosc, crc32c, 
   CHECK(t.info().format == "zarr");
   CHECK(t.info().format_version == 3);
   CHECK(describe(t) == expect);
+  // a box (a rank's shard) reads only the chunks it meets: every box of a chunked, a
+  // transposed and a sharded array (a shard missing, inner chunks empty) is its part of the whole
+  const auto index = ckpt::open_index(tmp / "g");
+  std::size_t boxes = 0;
+  for (const char* a : {"plain", "transposed", "sub.sharded", "v2keys", "flags"})
+    CHECK(test::boxes_agree(*index, ckpt::Path::parse(a), boxes) == "");
+  CHECK(boxes == 1540 + 3150 + 4290 + 45 + 15);
   // one array on its own is the root leaf
   CHECK(ckpt::restore<std::vector<std::uint16_t>>(tmp / "g/blosc")[99] == 297);
   // a checksum that does not match, and a shard index that points outside the shard

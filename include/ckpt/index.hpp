@@ -93,6 +93,14 @@ class IndexReader {
     (void)index, (void)reads;
     return false;
   }
+  // Reads the box at `origin` of `shape` of e (a whole stored array, not boxes) into dst
+  // itself, fetching only the stored pieces that meet it (a chunked array: only its
+  // chunks in the box), and returns true; false: Index::read_box reads by byte ranges.
+  virtual bool read_box(const Index& index, const IndexEntry& e, const Shape& origin, const Shape& shape,
+                        std::span<std::byte> dst) const {
+    (void)index, (void)e, (void)origin, (void)shape, (void)dst;
+    return false;
+  }
   // Whether read_part works for e: the format records per-chunk checksums (issue 11).
   virtual bool reads_parts(const IndexEntry&) const { return false; }
   // Reads bytes [offset, offset + dst.size()) of the leaf (offset on a chunk boundary,
@@ -365,6 +373,15 @@ CKPT_API void Index::read_box(const IndexEntry& e, const Shape& origin, const Sh
   if (want == 0) return;
   std::uint64_t got = 0;
   if (e.boxes.empty()) {
+    try {
+      if (reader_->read_box(*this, e, origin, shape, dst)) return;
+    } catch (const Error&) {
+      throw;
+    } catch (const std::bad_alloc&) {
+      throw Error(checkpoint_, where, "out of memory reading the box");
+    } catch (const std::exception& x) {
+      throw CorruptCheckpointError(checkpoint_, where, std::string("cannot read the box: ") + x.what());
+    }
     got = detail::read_from_box(*this, *reader_, e, Shape(e.shape.size(), 0), {}, origin, shape, dst, verify);
   } else {
     for (const IndexBox& b : e.boxes)

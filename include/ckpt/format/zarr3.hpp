@@ -32,7 +32,8 @@ inline std::string node_type(const fs::path& dir, const std::string& ckpt, const
 inline void add_array(interop::IndexBuilder& b, const Path& p, const std::shared_ptr<const io::KvStore>& kv, const std::string& name) {
   auto a = std::make_shared<zarr::v3::KvArray>(zarr::v3::KvArray::open(kv, name, b.checkpoint(), p.str()));
   b.add_loaded(p, a->meta.type, a->meta.shape, name.empty() ? "." : name, "zarr3",
-               [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); });
+               [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); },
+                 [a](const Shape& o, const Shape& n, std::span<std::byte> dst, const zarr::Fail& fail) { a->read_box(o, n, dst, fail); });
 }
 
 inline void read_group(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const fs::path& dir,

@@ -102,6 +102,11 @@ inline std::shared_ptr<const Index> broadcast_index(const Comm& comm, std::share
       inner_->read(index, e, dst, verify);
     }
     bool reads_ranges() const override { return inner_->reads_ranges(); }
+    bool read_box(const Index& index, const IndexEntry& e, const Shape& origin, const Shape& shape,
+                  std::span<std::byte> dst) const override {
+      if (!e.inline_bytes.empty() && e.inline_bytes.data() >= lo_ && e.inline_bytes.data() < hi_) return false;
+      return inner_->read_box(index, e, origin, shape, dst);
+    }
     bool has_xxh3() const override { return inner_->has_xxh3(); }
     void read_range(const Index& index, const IndexEntry& e, std::uint64_t at, std::span<std::byte> dst) const override {
       if (!e.inline_bytes.empty() && e.inline_bytes.data() >= lo_ && e.inline_bytes.data() < hi_) {

@@ -36,6 +36,10 @@ struct Stored {
   // set: anything else that fills the leaf's bytes itself (zarr arrays in a
   // key-value store such as OCDBT); `fail` throws naming the checkpoint and leaf
   std::function<void(std::span<std::byte>, const std::function<void(const std::string&)>& fail)> load;
+  // with load: reads the box at (origin, shape) alone, decoding only what meets it
+  std::function<void(const Shape& origin, const Shape& shape, std::span<std::byte>,
+                     const std::function<void(const std::string&)>& fail)>
+      load_box;
 };
 
 class Reader final : public IndexReader {
@@ -66,6 +70,22 @@ class Reader final : public IndexReader {
     }
     if (!out.empty())
       throw CorruptCheckpointError(index.checkpoint(), e.path.str(), "stored bytes fall short of the leaf's size");
+  }
+
+  // A zarr array reads only the chunks that meet the box (a rank's shard).
+  bool read_box(const Index& index, const IndexEntry& e, const Shape& origin, const Shape& shape,
+                std::span<std::byte> dst) const override {
+    const Stored& s = stored(index, e);
+    auto fail = [&](const std::string& w) { throw CorruptCheckpointError(index.checkpoint(), e.path.str(), w); };
+    if (!s.array_dir.empty()) {
+      zarr::read_array_box(s.array_dir, s.meta, origin, shape, dst, fail);
+      return true;
+    }
+    if (s.load_box) {
+      s.load_box(origin, shape, dst, fail);
+      return true;
+    }
+    return false;
   }
 
   void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool) const override {
@@ -165,9 +185,11 @@ class IndexBuilder {
     stored_.push_back(std::move(s));
   }
 
-  // A leaf whose bytes `load` produces (dst is exactly dtype size x elements); `where`
-  // is what `ckpt tree` shows as its file, `codec` its encoding.
-  void add_loaded(Path p, dtype t, Shape shape, std::string where, std::string codec, decltype(Stored::load) load) {
+  // A leaf whose bytes `load` produces (dst is exactly dtype size x elements), and a box
+  // of them `load_box` (may be empty: boxes are then cut from the whole); `where` is what
+  // `ckpt tree` shows as its file, `codec` its encoding.
+  void add_loaded(Path p, dtype t, Shape shape, std::string where, std::string codec, decltype(Stored::load) load,
+                  decltype(Stored::load_box) load_box = {}) {
     IndexEntry e;
     e.path = std::move(p);
     e.type = t;
@@ -178,6 +200,7 @@ class IndexBuilder {
     entries_.push_back(std::move(e));
     Stored s;
     s.load = std::move(load);
+    s.load_box = std::move(load_box);
     stored_.push_back(std::move(s));
   }
 

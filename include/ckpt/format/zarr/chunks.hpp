@@ -24,6 +24,7 @@
 
 #include <ckpt/error.hpp>
 #include <ckpt/exec/progress_tracker.hpp>
+#include <ckpt/format/zarr/chunk_copy.hpp>
 #include <ckpt/format/zarr/metadata.hpp>
 #include <ckpt/io/codec.hpp>
 #include <ckpt/io/file.hpp>
@@ -105,6 +106,49 @@ inline std::string check_plausible(const fs::path& dir, const ArrayMeta& m) {
   return "";
 }
 
+// Reads chunk `key` of the array in dir into raw (its chunk_bytes, decoded, native byte
+// order, in the array's own C or Fortran order); comp is a buffer reused across chunks.
+// False when the chunk is absent (it reads as fill_value).
+inline bool load_chunk_file(const fs::path& dir, const ArrayMeta& m, const std::string& key, std::vector<std::byte>& comp,
+                       std::span<std::byte> raw, const std::function<void(const std::string&)>& fail) {
+  const fs::path file = dir / key;
+  const std::uint64_t chunk_bytes = m.chunk_bytes();
+  std::uint64_t size = 0;
+  int fd = -1;
+  try {
+    // "0/1": open_chunk refuses a link as the chunk itself, the directories on the
+    // way are checked here (a missing one: the chunk reads as fill_value)
+    if (m.separator == '/' && m.shape.size() > 1) {
+      fs::path p = dir;
+      for (const auto& part : fs::path(key).parent_path()) {
+        p /= part;
+        std::error_code e2;
+        const auto st = fs::symlink_status(p, e2);
+        if (fs::is_symlink(st)) throw Error(file.string(), "", "a directory on the way is a symbolic link");
+        if (!fs::exists(st)) break;
+      }
+    }
+    fd = detail::zarr_array::open_chunk(file, size);
+  } catch (const Error& e) {
+    fail(std::string("chunk ") + key + ": " + e.what());
+  }
+  if (fd < 0) return false;
+  io::File f(fd);
+  const std::uint64_t max_comp = m.compressor == io::codec::none ? chunk_bytes : chunk_bytes + chunk_bytes / 8 + (1u << 20);
+  if (size > max_comp) fail("chunk " + key + " is " + std::to_string(size) + " bytes, more than any encoding of its " + std::to_string(chunk_bytes));
+  if (chunk_bytes > free_bytes + size * max_expansion)
+    fail("chunk " + key + " would decompress to " + std::to_string(chunk_bytes) + " bytes from " + std::to_string(size));
+  comp.resize(static_cast<std::size_t>(size));
+  try {
+    io::pread_exact(f, comp, 0, file);
+  } catch (const Error& e) {
+    fail(std::string("chunk ") + key + ": " + e.what());
+  }
+  if (const std::string bad = io::decompress(m.compressor, comp, raw); !bad.empty()) fail("chunk " + key + ": " + bad);
+  if (m.big_endian) byteswap(raw, dtype_size(m.type), m.type);
+  return true;
+}
+
 // Reads the whole array into dst (dst.size() == m.bytes()), C order, native byte order.
 // `fail` throws naming the checkpoint and leaf.
 inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::byte> dst,
@@ -129,43 +173,10 @@ inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::b
   const std::uint64_t chunk_bytes = m.chunk_bytes();
   std::vector<std::byte> raw, comp;
 
+  raw.resize(static_cast<std::size_t>(chunk_bytes));
   for (;;) {
     const std::string key = chunk_key(idx, m.separator);
-    const fs::path file = dir / key;
-    std::uint64_t size = 0;
-    int fd = -1;
-    try {
-      // "0/1": open_chunk refuses a link as the chunk itself, the directories on the
-      // way are checked here (a missing one: the chunk reads as fill_value)
-      if (m.separator == '/' && rank > 1) {
-        fs::path p = dir;
-        for (const auto& part : fs::path(key).parent_path()) {
-          p /= part;
-          std::error_code e2;
-          const auto st = fs::symlink_status(p, e2);
-          if (fs::is_symlink(st)) throw Error(file.string(), "", "a directory on the way is a symbolic link");
-          if (!fs::exists(st)) break;
-        }
-      }
-      fd = detail::zarr_array::open_chunk(file, size);
-    } catch (const Error& e) {
-      fail(std::string("chunk ") + key + ": " + e.what());
-    }
-    if (fd >= 0) {
-      io::File f(fd);
-      const std::uint64_t max_comp = m.compressor == io::codec::none ? chunk_bytes : chunk_bytes + chunk_bytes / 8 + (1u << 20);
-      if (size > max_comp) fail("chunk " + key + " is " + std::to_string(size) + " bytes, more than any encoding of its " + std::to_string(chunk_bytes));
-      if (chunk_bytes > free_bytes + size * max_expansion)
-        fail("chunk " + key + " would decompress to " + std::to_string(chunk_bytes) + " bytes from " + std::to_string(size));
-      comp.resize(static_cast<std::size_t>(size));
-      try {
-        io::pread_exact(f, comp, 0, file);
-      } catch (const Error& e) {
-        fail(std::string("chunk ") + key + ": " + e.what());
-      }
-      raw.resize(static_cast<std::size_t>(chunk_bytes));
-      if (const std::string bad = io::decompress(m.compressor, comp, raw); !bad.empty()) fail("chunk " + key + ": " + bad);
-      if (m.big_endian) byteswap(raw, es, m.type);
+    if (load_chunk_file(dir, m, key, comp, raw, fail)) {
       // copy the part of the chunk inside the array
       std::vector<std::int64_t> start(rank), ext(rank), local(rank, 0);
       for (std::size_t i = 0; i < rank; ++i) {
@@ -205,6 +216,26 @@ inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::b
     }
     if (done) break;
   }
+}
+
+// Reads the box at `origin` of `shape` of the array into dst (C order, native byte
+// order), opening only the chunk files that meet the box (a rank's shard of a t5x or
+// Orbax array). `fail` throws naming the checkpoint and leaf.
+inline void read_array_box(const fs::path& dir, const ArrayMeta& m, const Shape& origin, const Shape& shape,
+                           std::span<std::byte> dst, const std::function<void(const std::string&)>& fail) {
+  const std::size_t es = dtype_size(m.type);
+  std::vector<std::byte> comp, c_order;
+  read_box(m.chunks, m.chunk_bytes(), es, m.fill, origin, shape, dst, [&](const std::vector<std::int64_t>& idx, std::span<std::byte> raw) {
+    if (!load_chunk_file(dir, m, chunk_key(idx, m.separator), comp, raw, fail)) return false;
+    if (m.fortran && m.shape.size() > 1) {  // a Fortran chunk is the C order of its reversed shape
+      std::vector<std::size_t> order(m.shape.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+      c_order.resize(raw.size());
+      untranspose(raw, c_order, m.chunks, order, es);
+      std::memcpy(raw.data(), c_order.data(), raw.size());
+    }
+    return true;
+  });
 }
 
 // The chunk size writers aim at (meta_for's target): 64 MiB, or a quarter of a save's

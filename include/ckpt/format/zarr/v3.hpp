@@ -340,28 +340,43 @@ struct KvArray {
                                   [](const json& j, const auto& fail) { return parse_meta(j, fail); });
   }
 
+  // Decodes chunk idx (a shard, with the sharding codec) into raw (chunk_bytes, C order,
+  // native byte order); enc is a buffer reused across chunks. False when it is absent.
+  bool load_chunk(const std::vector<std::int64_t>& idx, std::span<std::byte> raw, std::vector<std::byte>& enc,
+                  const Fail& fail) const {
+    const std::string k = key(chunk_key(meta, idx));
+    const auto size = kv->size(k);
+    if (!size) return false;
+    const std::uint64_t cb = meta.chunk_bytes();
+    // generous (a shard of tiny inner chunks carries a 16-byte index entry each), still linear
+    if (*size > 20 * cb + (std::uint64_t{1} << 20))
+      fail("chunk " + k + " is " + std::to_string(*size) + " bytes, more than any encoding of its " + std::to_string(cb));
+    enc.resize(static_cast<std::size_t>(*size));
+    try {
+      kv->read(k, 0, enc);
+    } catch (const Error& e) {
+      fail("chunk " + k + ": " + e.what());
+    }
+    if (auto bad = detail::decode(enc, meta.codecs, meta.chunks, meta.type, meta.fill, raw, 0); !bad.empty())
+      fail("chunk " + k + ": " + bad);
+    return true;
+  }
+
   void read(std::span<std::byte> dst, const Fail& fail) const {
     const std::size_t es = dtype_size(meta.type);
     fill_with(dst, meta.fill, es);
-    const std::uint64_t cb = meta.chunk_bytes();
-    std::vector<std::byte> enc, raw(static_cast<std::size_t>(cb));
+    std::vector<std::byte> enc, raw(static_cast<std::size_t>(meta.chunk_bytes()));
     for_each_chunk(meta.shape, meta.chunks, [&](const std::vector<std::int64_t>& idx) {
-      const std::string k = key(chunk_key(meta, idx));
-      const auto size = kv->size(k);
-      if (!size) return;
-      // generous (a shard of tiny inner chunks carries a 16-byte index entry each), still linear
-      if (*size > 20 * cb + (std::uint64_t{1} << 20))
-        fail("chunk " + k + " is " + std::to_string(*size) + " bytes, more than any encoding of its " + std::to_string(cb));
-      enc.resize(static_cast<std::size_t>(*size));
-      try {
-        kv->read(k, 0, enc);
-      } catch (const Error& e) {
-        fail("chunk " + k + ": " + e.what());
-      }
-      if (auto bad = detail::decode(enc, meta.codecs, meta.chunks, meta.type, meta.fill, raw, 0); !bad.empty())
-        fail("chunk " + k + ": " + bad);
-      copy_chunk(dst, meta.shape, meta.chunks, idx, raw, es);
+      if (load_chunk(idx, raw, enc, fail)) copy_chunk(dst, meta.shape, meta.chunks, idx, raw, es);
     });
+  }
+
+  // Reads the box at `origin` of `shape` into dst (C order), decoding only the chunks
+  // (whole shards) that meet it.
+  void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst, const Fail& fail) const {
+    std::vector<std::byte> enc;
+    zarr::read_box(meta.chunks, meta.chunk_bytes(), dtype_size(meta.type), meta.fill, origin, shape, dst,
+                   [&](const std::vector<std::int64_t>& idx, std::span<std::byte> raw) { return load_chunk(idx, raw, enc, fail); });
   }
 };
 
