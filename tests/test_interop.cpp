@@ -601,6 +601,23 @@ TEST_CASE("the manager writes Orbax step directories through the format policy")
   CHECK(ckpt::restore<Small>(tmp / "run" / "2").step == 2);
 }
 
+TEST_CASE("the manager writes t5x steps, read back as t5x despite the manager's _CHECKPOINT_METADATA") {
+  using manager_interop_test::Small;
+  test::TempDir tmp;
+  {
+    ckpt::CheckpointManager<Small, ckpt::t5x> mgr(tmp / "run", {.max_to_keep = 2});
+    for (std::int64_t step = 1; step <= 3; ++step)
+      CHECK(mgr.save(step, Small{step, xt::ones<float>({2, 3}) * static_cast<float>(step)}, {{"loss", 1.0 / step}}));
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{2, 3});
+    CHECK(mgr.restore().w == xt::ones<float>({2, 3}) * 3.0f);
+  }
+  CHECK(std::filesystem::exists(tmp / "run/3/_CHECKPOINT_METADATA"));
+  CHECK(ckpt::detect_format(tmp / "run/3") == "t5x");
+  CHECK(ckpt::restore<Small>(tmp / "run/2").step == 2);
+  ckpt::CheckpointManager<Small, ckpt::t5x> again(tmp / "run", {.read_only = true});
+  CHECK(again.metrics(2).at("loss") == doctest::Approx(0.5));
+}
+
 TEST_CASE("saves of t5x, zarr and Orbax cut zarr chunks to a quarter of SaveOptions::max_memory") {
   test::TempDir tmp;
   struct S {

@@ -476,9 +476,11 @@ struct basic_orbax {
  public:
   static bool detect(const std::filesystem::path& dir) {
     namespace od = detail::orbax;
-    if (zarr::is_file(dir / od::checkpoint_metadata) || zarr::is_file(dir / od::tree_metadata) ||
-        zarr::is_file(dir / "orbax.checkpoint") || od::is_ocdbt_item(dir))
+    if (zarr::is_file(dir / od::tree_metadata) || zarr::is_file(dir / "orbax.checkpoint") || od::is_ocdbt_item(dir))
       return true;
+    // _CHECKPOINT_METADATA marks a manager's step, of Orbax's or of ckpt's: a t5x step
+    // that a ckpt manager saved holds one too, beside t5x's own msgpack `checkpoint`
+    if (zarr::is_file(dir / od::checkpoint_metadata) && !flax::looks_like_msgpack_map(dir / "checkpoint")) return true;
     // a composite checkpoint without _CHECKPOINT_METADATA: some item directory is one
     std::error_code ec;
     int seen = 0;
