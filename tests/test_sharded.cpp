@@ -659,6 +659,94 @@ TEST_CASE("mpi np2: the manager across ranks: same steps everywhere, retention b
   CHECK(s.w.local == box(64, 16, 0, 64, c0, nc).local);
 }
 
+TEST_CASE("mpi np2: the manager across ranks writes Orbax (OCDBT) and t5x steps, restored onto another layout") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  const std::string own = "dataset-" + std::to_string(world.rank());
+  {
+    ckpt::mpi::CheckpointManager<ShardedState, ckpt::async_save, ckpt::orbax> mgr(world, dir / "orbax", {.max_to_keep = 2});
+    for (std::int64_t step = 0; step < 4; ++step) {
+      ShardedState s = rows_of(64, 16, world.rank(), 2);
+      s.step = step;
+      ckpt::SaveArgs args;
+      args.items.emplace(own, ckpt::tree_item(Position{world.rank(), {step}}));
+      CHECK(mgr.save(step, s, {{"loss", 1.0 / static_cast<double>(step + 1)}}, std::move(args)));
+    }
+    mgr.wait_until_finished();
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{2, 3});
+    on_rank0(world, [&] {
+      CHECK_FALSE(fs::exists(dir / "orbax/1"));
+      CHECK(fs::exists(dir / "orbax/3/_CHECKPOINT_METADATA"));
+      CHECK(fs::exists(dir / "orbax/3/default/manifest.ocdbt"));
+      CHECK(fs::exists(dir / "orbax/3/default/ocdbt.process_1/manifest.ocdbt"));
+      // one process reads the steps as Orbax's: the global array, the metrics
+      ckpt::CheckpointManager<PlainState, ckpt::orbax> one(dir / "orbax", {.read_only = true});
+      CHECK(one.all_steps() == std::vector<std::int64_t>{2, 3});
+      CHECK(one.metrics(2).at("loss") == doctest::Approx(1.0 / 3));
+      const auto plain = one.restore(3);
+      CHECK(plain.step == 3);
+      CHECK(plain.w == global_w(64, 16));
+    });
+    // Orbax keeps the global arrays, not which rank held which box: restore_into says where
+    CHECK_THROWS_CKPT(mgr.restore(), ckpt::Error, "does not record the boxes each rank saved");
+    ShardedState s = cols_target(64, 16, world.rank(), 2);
+    mgr.restore_into(3, s);
+    CHECK(s.step == 3);
+    const auto [c0, nc] = split(16, 2, static_cast<std::size_t>(world.rank()));
+    CHECK(s.w.local == box(64, 16, 0, 64, c0, nc).local);
+    CHECK(mgr.restore_item<Position>(2, "dataset-" + std::to_string(1 - world.rank())).offsets ==
+          std::vector<std::int64_t>{2});
+  }
+  // t5x, saved on the caller's thread; a restarted job's manager finds the step
+  {
+    ckpt::mpi::CheckpointManager<ShardedState, ckpt::t5x> mgr(world, dir / "t5x");
+    CHECK(mgr.save(7, rows_of(64, 16, world.rank(), 2)));
+  }
+  ckpt::mpi::CheckpointManager<ShardedState, ckpt::t5x> again(world, dir / "t5x");
+  CHECK(again.latest_step() == 7);
+  ShardedState s = cols_target(64, 16, world.rank(), 2);
+  again.restore_into(7, s);
+  const auto [c0, nc] = split(16, 2, static_cast<std::size_t>(world.rank()));
+  CHECK(s.w.local == box(64, 16, 0, 64, c0, nc).local);
+  CHECK(s.bias == std::vector<double>{0.5, 1.5, 2.5});
+  on_rank0(world, [&] { CHECK(ckpt::open_index(dir / "t5x/7")->info().format == "t5x"); });
+}
+
+TEST_CASE("mpi np2: the manager across ranks ranks steps by a TensorBoard metric, reports each rank's figures, refuses what it lacks") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  on_rank0(world, [&] {  // run "train" beside the root, as t5x's model_dir/train
+    ckpt::tensorboard::EventFileWriter w(dir / "train");
+    const float acc[] = {0.5f, 0.9f, 0.7f, 0.6f};
+    for (std::int64_t step = 1; step <= 4; ++step) w.add_scalar("accuracy", acc[step - 1], step);
+    w.flush();
+  });
+  world.barrier();
+  std::vector<ckpt::SaveStats> seen;
+  {
+    ckpt::mpi::CheckpointManager<ShardedState, ckpt::async_save> mgr(
+        world, dir / "checkpoints",
+        {.max_to_keep = 2, .best_metric = "train/accuracy", .best_metric_from_tensorboard = true,
+         .on_save = [&](const ckpt::SaveStats& st) { seen.push_back(st); }});
+    for (std::int64_t step = 1; step <= 5; ++step) mgr.save(step, rows_of(64, 16, world.rank(), 2));
+    mgr.wait_until_finished();
+    // the best two by accuracy (2: 0.9, 3: 0.7) and the latest (5, no value), on every rank
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{2, 3, 5});
+    CHECK(mgr.best_step() == 2);
+  }
+  REQUIRE(seen.size() == 5);
+  CHECK(seen.back().step == 5);
+  CHECK(seen.back().bytes >= 32 * 16 * sizeof(float));  // this rank's rows at least
+  CHECK(seen.back().write_seconds > 0);
+  on_rank0(world, [&] {
+    const auto bytes = test::read_bytes(dir / "checkpoints/5/_CHECKPOINT_METADATA");
+    const auto j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    CHECK(j.at("save_stats").at("bytes").get<std::uint64_t>() == seen.back().bytes);
+  });
+  CHECK_THROWS_CKPT((ckpt::mpi::CheckpointManager<ShardedState>(world, dir / "inc", {.incremental = true})), ckpt::Error,
+                    "incremental is not built across ranks yet");
+}
+
 TEST_CASE("mpi np2: items across ranks: each rank's own, a shared one written once, any rank reads any") {
   const ckpt::mpi::Comm world(MPI_COMM_WORLD);
   SharedDir dir(world);

@@ -14,6 +14,13 @@
 // committing once every rank's bytes are durable. A SIGTERM on any rank makes
 // reached_preemption (and so should_save) true on every rank at the same step.
 //
+// A format policy (ckpt::t5x, ckpt::orbax, ckpt::orbax_without_ocdbt) makes each step
+// that format, written by the ranks as ckpt::mpi::save<Format> does; restore those with
+// restore_into (they do not record which rank held which box). best_metric_from_tensorboard:
+// rank 0 reads the event files and every rank ranks by its values. on_save: on every
+// rank, with that rank's figures (rank 0's go into _CHECKPOINT_METADATA). Not across
+// ranks yet, refused at construction: incremental, keep_dataset_checkpoints.
+//
 // Items (SaveArgs::items): each rank passes its own, and each rank writes the ones only
 // it has into the step's items/, before the commit; an item several ranks pass (a
 // config, the same everywhere) is written once, by the lowest of them. So a per-rank
@@ -22,6 +29,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -36,17 +44,19 @@
 #include <ckpt/mpi/comm.hpp>
 #include <ckpt/mpi/restore.hpp>
 #include <ckpt/mpi/save.hpp>
+#include <ckpt/retain/tensorboard.hpp>
 
 namespace ckpt::mpi {
 
 template <class State, class... Policies>
 class CheckpointManager {
-  using picked_format = typename ckpt::detail::manager::pick<ckpt::detail::manager::is_format, native, Policies...>::type;
-  static_assert(std::is_same_v<picked_format, native>,
-                CKPT_STATIC_ERROR("ckpt::mpi::CheckpointManager writes the native format only",
-                                  "Leave the format policy out (or give ckpt::native).", CKPT_NAMED_ABOVE));
-
  public:
+  using format_type = typename ckpt::detail::manager::pick<ckpt::detail::manager::is_format, native, Policies...>::type;
+  static_assert(std::is_same_v<format_type, native> || detail::writes_parts<format_type>,
+                CKPT_STATIC_ERROR("ckpt::mpi::CheckpointManager writes the native, t5x and Orbax formats; this "
+                                  "format cannot be written by several processes",
+                                  "Leave the format policy out (ckpt::native), or give ckpt::t5x or ckpt::orbax.",
+                                  CKPT_NAMED_ABOVE));
   using state_type = State;
   using executor_policy_type =
       typename ckpt::detail::manager::pick<ckpt::detail::manager::is_executor, sync_save, Policies...>::type;
@@ -61,6 +71,12 @@ class CheckpointManager {
     const std::string name = root_.string();
     comm_.run(name, [&] {
       ckpt::detail::manager::validate(options_, root_);
+      const auto not_yet = [&](const char* what) {
+        throw Error(name, "", std::string("ManagerOptions: ") + what +
+                                  " is not built across ranks yet (ckpt::CheckpointManager, one process, has it)");
+      };
+      if (options_.incremental) not_yet("incremental");
+      if (options_.keep_dataset_checkpoints) not_yet("keep_dataset_checkpoints");
       if constexpr (executor_policy_type::copies_state) {
         int provided = 0;
         MPI_Query_thread(&provided);
@@ -77,7 +93,7 @@ class CheckpointManager {
       }
       lock_.emplace(root_);
       if (options_.cleanup_tmp_directories)
-        ckpt::detail::manager::cleanup_root(root_, naming_, &native::is_committed);
+        ckpt::detail::manager::cleanup_root(root_, naming_, &format_type::is_committed);
     });
     if constexpr (executor_policy_type::copies_state) {
       MPI_Comm_dup(comm_.get(), &background_raw_);
@@ -103,6 +119,7 @@ class CheckpointManager {
 
   // Collective. Saves when should_save(step) or args.force, as ckpt::CheckpointManager::save.
   bool save(std::int64_t step, const State& state, Metrics metrics = {}, SaveArgs args = {}) {
+    const auto called = std::chrono::steady_clock::now();
     executor_.rethrow_if_failed();
     if (options_.read_only) return false;
     if (step < 0) throw Error(root_.string(), "", "step must be >= 0, not " + std::to_string(step));
@@ -121,12 +138,15 @@ class CheckpointManager {
     ckpt::detail::apply_save_options(job->snapshot, options_.save_options);
     if constexpr (executor_policy_type::copies_state) job->snapshot.make_owned(buffer_);
     job->metadata.step = step;
-    job->metadata.format = native::name;
+    job->metadata.format = format_type::name;
     job->metadata.init_timestamp_nsecs = comm_.broadcast(ckpt::detail::manager::now_nsecs(), 0);  // one clock
     for (auto& [name, value] : metrics)
       if (std::isfinite(value)) job->metadata.metrics.emplace(name, value);
     job->metadata.custom_metadata = std::move(args.custom_metadata);
     assign_items(*job, std::move(args.items));
+    job->stats.step = step;
+    job->stats.bytes = job->snapshot.total_bytes();
+    job->stats.blocking_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count();
     {
       std::lock_guard lock(mu_);
       pending_ = step;
@@ -164,9 +184,10 @@ class CheckpointManager {
     std::lock_guard lock(mu_);
     return ckpt::detail::manager::newest_step(steps_);
   }
+  // Collective when best_metric_from_tensorboard is set (rank 0 reads the event files).
   std::optional<std::int64_t> best_step() const {
     if (options_.best_metric.empty()) return std::nullopt;
-    return retain::best(records(), options_.best_metric, options_.best_mode);
+    return retain::best(ranked_records(comm_), options_.best_metric, options_.best_mode);
   }
   Metrics metrics(std::int64_t step) const { return info(step).metrics; }
   nlohmann::json custom_metadata(std::int64_t step) const { return info(step).custom_metadata; }
@@ -236,6 +257,7 @@ class CheckpointManager {
     Snapshot snapshot;
     ckpt::detail::manager::StepMetadata metadata;
     Items items;  // the ones this rank writes
+    SaveStats stats;  // this rank's figures
   };
 
   // Collective: learns every rank's item names and kinds; keeps in job.items those this
@@ -281,7 +303,7 @@ class CheckpointManager {
     comm_.run(root_.string(), [&] {
       if (comm_.rank() != 0) return;
       nlohmann::json j = nlohmann::json::array();
-      for (const auto& [step, i] : ckpt::detail::manager::scan_root(root_, naming_, &native::is_committed)) {
+      for (const auto& [step, i] : ckpt::detail::manager::scan_root(root_, naming_, &format_type::is_committed)) {
         nlohmann::json m = nlohmann::json::object();
         for (const auto& [k, v] : i.metrics) m[k] = v;
         j.push_back({{"step", step},
@@ -326,6 +348,36 @@ class CheckpointManager {
     std::lock_guard lock(mu_);
     return ckpt::detail::manager::step_records(steps_);
   }
+  // records(), with best_metric read from TensorBoard when asked: rank 0 reads the event
+  // files and sends every rank its (step, value) pairs, so all rank alike (collective then).
+  std::vector<retain::StepRecord> ranked_records(const Comm& comm) const {
+    auto out = records();
+    if (!options_.best_metric_from_tensorboard) return out;
+    std::vector<std::byte> pairs;  // (step, value) as 16 raw bytes each: NaN travels too
+    comm.run(root_.string(), [&] {
+      if (comm.rank() != 0) return;
+      for (const auto& [step, value] : tensorboard::read_metric(root_, options_.best_metric)) {
+        const std::size_t at = pairs.size();
+        pairs.resize(at + 16);
+        std::memcpy(pairs.data() + at, &step, 8);
+        std::memcpy(pairs.data() + at + 8, &value, 8);
+      }
+    });
+    comm.broadcast(pairs, 0);
+    std::map<std::int64_t, double> logged;
+    for (std::size_t at = 0; at + 16 <= pairs.size(); at += 16) {
+      std::int64_t step = 0;
+      double value = 0;
+      std::memcpy(&step, pairs.data() + at, 8);
+      std::memcpy(&value, pairs.data() + at + 8, 8);
+      logged[step] = value;
+    }
+    for (auto& r : out) {
+      r.metrics.erase(options_.best_metric);
+      if (const auto it = logged.find(r.step); it != logged.end()) r.metrics[options_.best_metric] = it->second;
+    }
+    return out;
+  }
   std::filesystem::path dir_to_read(std::optional<std::int64_t> step) {
     executor_.wait_idle();
     std::lock_guard lock(mu_);
@@ -336,18 +388,27 @@ class CheckpointManager {
   void run_save(Job& job) {
     const Comm& comm = background_ ? *background_ : comm_;
     const std::string name = naming_.name(job.step);
+    const auto started = std::chrono::steady_clock::now();
+    const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
     try {
       SaveOptions opts = options_.save_options;
       opts.force = job.force;
-      detail::save_snapshot(
-          comm, root_ / name, job.snapshot, opts,
-          [&](const std::filesystem::path& staging) {
-            job.metadata.commit_timestamp_nsecs = ckpt::detail::manager::now_nsecs();
-            ckpt::detail::manager::write_step_metadata(staging, job.metadata);
-          },
-          [&](const std::filesystem::path& staging) {
-            ckpt::detail::manager::write_items<native>(staging, job.items, opts);
-          });
+      auto before_commit = [&](const std::filesystem::path& staging) {  // rank 0: its figures go in the metadata
+        job.stats.write_seconds = seconds();
+        job.stats.bytes_written = job.stats.bytes;
+        job.metadata.save_stats = job.stats.to_json();
+        job.metadata.commit_timestamp_nsecs = ckpt::detail::manager::now_nsecs();
+        ckpt::detail::manager::write_step_metadata(staging, job.metadata);
+      };
+      auto in_staging = [&](const std::filesystem::path& staging) {  // every rank, its own items
+        ckpt::detail::manager::write_items<format_type>(staging, job.items, opts);
+      };
+      if constexpr (std::is_same_v<format_type, native>)
+        detail::save_snapshot(comm, root_ / name, job.snapshot, opts, before_commit, in_staging);
+      else
+        detail::save_zarr_parts<format_type>(comm, root_ / name, job.snapshot, opts, before_commit, in_staging);
+      job.stats.write_seconds = seconds();  // every rank: up to the commit
+      job.stats.bytes_written = job.stats.bytes;
     } catch (...) {
       std::lock_guard lock(mu_);
       pending_.reset();
@@ -366,7 +427,7 @@ class CheckpointManager {
     }
     // Retention: the same decision on every rank (same records); rank 0 deletes.
     std::vector<std::string> doomed;
-    for (std::int64_t step : retain::steps_to_delete(records(), options_)) {
+    for (std::int64_t step : retain::steps_to_delete(ranked_records(comm), options_)) {
       std::lock_guard lock(mu_);
       if (const auto it = steps_.find(step); it != steps_.end()) {
         doomed.push_back(it->second.name);
@@ -377,6 +438,7 @@ class CheckpointManager {
       if (comm.rank() == 0)
         for (const auto& n : doomed) ckpt::detail::manager::remove_step_dir(root_, options_.todelete_subdir, n);
     });
+    if (options_.on_save) options_.on_save(job.stats);  // on every rank, its own figures
   }
 
   Comm comm_;

@@ -39,6 +39,16 @@ struct ReplicatedPaths {
   void none(const Path&) {}
 };
 
+// Whether a value holds any Sharded leaf.
+struct CountSharded {
+  std::size_t n = 0;
+  template <class U>
+  void leaf(const Path&, const U&) {
+    if constexpr (is_sharded<U>) ++n;
+  }
+  void none(const Path&) {}
+};
+
 // An Index whose entries listed in `table` read from bytes rank 0 broadcast (inline
 // entries pointing into the blob); every other entry reads through the checkpoint's own reader.
 inline std::shared_ptr<const Index> broadcast_index(const Comm& comm, std::shared_ptr<const Index> index,
@@ -133,7 +143,15 @@ void restore_collective(const Comm& comm, const std::filesystem::path& dir, T& t
   std::shared_ptr<const Index> index;
   comm.run(name, [&] {
     index = open_index(dir);
-    if (as_rank >= 0) {
+    if (as_rank >= 0 && index->info().format != native_format::format_name && comm.size() > 1) {
+      CountSharded c;
+      Path p;
+      walk(target, p, c);
+      if (c.n > 0)  // t5x and Orbax keep the global arrays only, not which rank held which box
+        throw Error(name, "", "a " + index->info().format +
+                                  " checkpoint does not record the boxes each rank saved: ckpt::mpi::restore<T> cannot "
+                                  "give them back; use ckpt::mpi::restore_into with Sharded leaves set to this layout");
+    } else if (as_rank >= 0) {
       const std::uint64_t saved = std::max<std::uint64_t>(index->info().processes, 1);
       if (saved != static_cast<std::uint64_t>(comm.size()))
         throw Error(name, "", "saved by " + std::to_string(saved) + " processes, restored on " +

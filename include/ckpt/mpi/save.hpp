@@ -295,18 +295,23 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
 // The collective save of a zarr-based format (t5x, Orbax): every rank
 // writes its chunks (mpi/zarr_plan.hpp) into one staging directory, rank 0 also the
 // metadata files; once all agree it went well, rank 0 makes every directory's entries
-// durable and renames the directory into place.
+// durable and renames the directory into place. The hooks as save_snapshot's.
 template <class Format>
-void save_zarr_parts(const Comm& comm, const fs::path& dir, const Snapshot& snap, const SaveOptions& opts) {
+void save_zarr_parts(const Comm& comm, const fs::path& dir, const Snapshot& snap, const SaveOptions& opts,
+                     const BeforeCommit& before_commit = nullptr, const BeforeCommit& in_staging = nullptr) {
   const std::string name = dir.string();
   const zarr::WritePart part = plan_zarr_part(name, describe_all(comm, name, snap), comm.rank(), opts.max_memory);
   std::optional<io::StagingDir> staging;
   const fs::path tmp = make_staging(comm, dir, opts, staging);
-  comm.run(name, [&] { io::naming_target(dir, tmp, [&] { Format::write_part(snap, tmp, opts, part); }); });
+  comm.run(name, [&] {
+    io::naming_target(dir, tmp, [&] { Format::write_part(snap, tmp, opts, part); });
+    if (in_staging) in_staging(tmp);
+  });
   comm.run(name, [&] {
     if (comm.rank() != 0) return;
     if constexpr (requires { Format::merge_parts(tmp, comm.size()); })
       io::naming_target(dir, tmp, [&] { Format::merge_parts(tmp, comm.size()); });  // Orbax's OCDBT merge
+    if (before_commit) before_commit(tmp);
     for (const auto& e : fs::recursive_directory_iterator(tmp))
       if (e.is_directory()) io::sync_dir(e.path());
     staging->commit(opts.force);
