@@ -27,6 +27,13 @@ struct ShardedState {
   std::vector<double> bias;  // replicated
 };
 
+// ShardedState's next version: `w` renamed.
+struct ShardedStateV2 {
+  std::int64_t step = 0;
+  ckpt::Sharded<xt::xtensor<float, 2>> weight;
+  std::vector<double> bias;
+};
+
 struct PlainState {
   std::int64_t step = 0;
   xt::xtensor<float, 2> w;
@@ -657,6 +664,14 @@ TEST_CASE("mpi np2: the manager across ranks: same steps everywhere, retention b
   CHECK(s.step == 3);
   const auto [c0, nc] = split(16, 2, static_cast<std::size_t>(world.rank()));
   CHECK(s.w.local == box(64, 16, 0, 64, c0, nc).local);
+  // The next version of the struct restores the saved layout through a migration.
+  const auto m = ckpt::migration<ShardedState, ShardedStateV2>(ckpt::rename<"w", "weight">);
+  ckpt::mpi::CheckpointManager<ShardedStateV2> v2(world, dir / "run", {.read_only = true});
+  const ShardedStateV2 migrated = v2.restore(std::nullopt, m);
+  CHECK(migrated.step == 4);
+  CHECK(migrated.weight.local == rows_of(64, 16, world.rank(), 2).w.local);
+  CHECK(migrated.weight.offset == rows_of(64, 16, world.rank(), 2).w.offset);
+  CHECK(ckpt::mpi::restore<ShardedStateV2>(world, dir / "run/3", ckpt::chain(m)).step == 3);
 }
 
 TEST_CASE("mpi np2: the manager across ranks writes Orbax (OCDBT) and t5x steps, restored onto another layout") {

@@ -218,6 +218,17 @@ class CheckpointManager {
   State restore(std::optional<std::int64_t> step = {}, const RestoreOptions& opts = {}) {
     return mpi::restore<State>(comm_, dir_to_read(step), opts);
   }
+  // Collective: steps written by an older version of State, in their saved layout,
+  // through a migration or a chain (ckpt::mpi::restore<New>(comm, dir, m)).
+  template <class Old, class... R>
+  State restore(std::optional<std::int64_t> step, const Migration<Old, State, R...>& m, const RestoreOptions& opts = {}) {
+    return mpi::restore<State>(comm_, dir_to_read(step), m, opts);
+  }
+  template <class... M>
+    requires(sizeof...(M) >= 1)
+  State restore(std::optional<std::int64_t> step, const Chain<M...>& c, const RestoreOptions& opts = {}) {
+    return mpi::restore<State>(comm_, dir_to_read(step), c, opts);
+  }
   // Collective: into this rank's layout (ckpt::mpi::restore_into; any process count).
   void restore_into(std::int64_t step, State& state, const RestoreOptions& opts = {}) {
     mpi::restore_into(comm_, dir_to_read(step), state, opts);

@@ -7,6 +7,8 @@
 //                                    process count matches (else: use restore_into)
 //   .load_and_broadcast = true       rank 0 reads the leaves that are not Sharded and
 //                                    broadcasts them (Orbax's single_host_load_and_broadcast)
+//   restore<New>(comm, dir, m)       the saved layout of an older struct, through a
+//                                    migration or a chain (migrate.hpp)
 // Each call is collective; when a rank fails every rank throws a ckpt::Error naming it.
 #pragma once
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include <ckpt/ckpt.hpp>
+#include <ckpt/migrate.hpp>
 #include <ckpt/mpi/comm.hpp>
 
 namespace ckpt::mpi {
@@ -195,6 +198,63 @@ T restore(const Comm& comm, const std::filesystem::path& dir, const RestoreOptio
   T value{};
   detail::restore_collective(comm, dir, value, opts, false, comm.rank());
   return value;
+}
+
+namespace detail {
+// The schema the checkpoint at dir records, read on every rank (a failure reaches all).
+inline Schema held_schema(const Comm& comm, const std::filesystem::path& dir) {
+  Schema held;
+  comm.run(dir.string(), [&] { held = open_index(dir)->info().schema; });
+  return held;
+}
+}  // namespace detail
+
+// restore<T> of a checkpoint written by an older version of the struct: holding Old's
+// schema (or New's, then no migration is needed). Every rank reads its saved boxes of
+// Old and migrates them (a Sharded leaf moves as it is).
+template <class New, class Old, class... R>
+New restore(const Comm& comm, const std::filesystem::path& dir, const Migration<Old, New, R...>& m,
+            const RestoreOptions& opts = {}) {
+  RestoreOptions whole = opts;
+  whole.subtree.clear();  // a migration moves whole values
+  const Schema held = detail::held_schema(comm, dir);
+  if (held == schema_of<New>()) return restore<New>(comm, dir, whole);
+  const Schema old_schema = schema_of<Old>();
+  if (held != old_schema)  // the same on every rank: each read the same manifest
+    throw Error(dir.string(), "",
+                "the checkpoint does not hold the schema of " + std::string(ckpt::detail::type_name<Old>()) +
+                    " (the migration's old type): first difference at " +
+                    ckpt::detail::schema_difference(held, old_schema));
+  return m.apply(restore<Old>(comm, dir, whole));
+}
+
+// The same through a chain: the newest version whose schema the checkpoint holds.
+template <class New, class... M>
+  requires(sizeof...(M) >= 1)
+New restore(const Comm& comm, const std::filesystem::path& dir, const Chain<M...>& c, const RestoreOptions& opts = {}) {
+  using C = Chain<M...>;
+  static_assert(std::is_same_v<New, typename C::new_type>,
+                CKPT_STATIC_ERROR("ckpt::mpi::restore<New>(comm, dir, chain): New must be the chain's newest type",
+                                  "Restore into the new type of the chain's last migration, or add the migration to New.",
+                                  CKPT_NAMED_ABOVE));
+  RestoreOptions whole = opts;
+  whole.subtree.clear();
+  const Schema held = detail::held_schema(comm, dir);
+  std::optional<New> out;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (void)((!out && held == schema_of<typename C::template version<C::count - I>>()
+                ? (out.emplace(c.template apply_from<C::count - I>(
+                       restore<typename C::template version<C::count - I>>(comm, dir, whole))),
+                   true)
+                : false) ||
+           ...);
+  }(std::make_index_sequence<C::count + 1>{});
+  if (!out)
+    throw Error(dir.string(), "",
+                "the checkpoint holds the schema of none of the chain's versions; against the newest, the first "
+                "difference is at " +
+                    ckpt::detail::schema_difference(held, schema_of<New>()));
+  return std::move(*out);
 }
 
 }  // namespace ckpt::mpi
