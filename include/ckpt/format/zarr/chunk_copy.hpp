@@ -130,10 +130,31 @@ inline void fill_with(std::span<std::byte> dst, const std::vector<std::byte>& fi
   }
 }
 
+// Where chunk idx lands in the C-order box at `origin` of `shape` when it is one
+// contiguous run of it (the chunk lies inside the box and spans the box's every
+// dimension but the first): its byte offset in the box; -1 otherwise.
+inline std::int64_t chunk_run_in_box(const Shape& origin, const Shape& shape, const Shape& chunks,
+                                     const std::vector<std::int64_t>& idx, std::size_t es) {
+  const std::size_t rank = shape.size();
+  if (rank == 0) return 0;
+  std::int64_t row = static_cast<std::int64_t>(es);
+  for (std::size_t i = 0; i < rank; ++i) {
+    const std::int64_t start = idx[i] * chunks[i];
+    if (start < origin[i] || start + chunks[i] > origin[i] + shape[i]) return -1;
+    if (i > 0) {
+      if (chunks[i] != shape[i]) return -1;
+      row *= shape[i];
+    }
+  }
+  return (idx[0] * chunks[0] - origin[0]) * row;
+}
+
 // Reads the box at `origin` of `shape` (inside an array chunked by `chunks`) into dst,
 // C order, decoding only the chunks that meet it. load(idx, raw) decodes chunk idx
 // into raw (chunk_bytes, C order, native byte order) and returns false when the chunk
-// is missing: its part of the box then reads as `fill`.
+// is missing: its part of the box then reads as `fill`. A chunk that is a contiguous
+// run of the box (chunks cut along the first dimension, as ckpt and Orbax write them)
+// decodes straight into dst; others go through one chunk-sized buffer.
 template <class Load>
 void read_box(const Shape& chunks, std::uint64_t chunk_bytes, std::size_t es, const std::vector<std::byte>& fill,
               const Shape& origin, const Shape& shape, std::span<std::byte> dst, Load&& load) {
@@ -144,8 +165,15 @@ void read_box(const Shape& chunks, std::uint64_t chunk_bytes, std::size_t es, co
     lo[i] = origin[i] / chunks[i];
     hi[i] = (origin[i] + shape[i] - 1) / chunks[i];
   }
-  std::vector<std::byte> raw(static_cast<std::size_t>(std::max<std::uint64_t>(chunk_bytes, es)));
+  const auto cb = static_cast<std::size_t>(std::max<std::uint64_t>(chunk_bytes, es));
+  std::vector<std::byte> raw;  // allocated by the first chunk that needs it
   for_each_index_in(lo, hi, [&](const std::vector<std::int64_t>& idx) {
+    if (const std::int64_t at = chunk_run_in_box(origin, shape, chunks, idx, es); at >= 0) {
+      const auto run = dst.subspan(static_cast<std::size_t>(at), cb);
+      if (!load(idx, run)) fill_with(run, fill, es);
+      return;
+    }
+    if (raw.empty()) raw.resize(cb);
     if (!load(idx, std::span<std::byte>(raw))) fill_with(raw, fill, es);
     copy_chunk_into_box(dst, origin, shape, chunks, idx, raw, es);
   });

@@ -138,84 +138,18 @@ inline bool load_chunk_file(const fs::path& dir, const ArrayMeta& m, const std::
   if (size > max_comp) fail("chunk " + key + " is " + std::to_string(size) + " bytes, more than any encoding of its " + std::to_string(chunk_bytes));
   if (chunk_bytes > free_bytes + size * max_expansion)
     fail("chunk " + key + " would decompress to " + std::to_string(chunk_bytes) + " bytes from " + std::to_string(size));
-  comp.resize(static_cast<std::size_t>(size));
+  const bool stored_raw = m.compressor == io::codec::none && size == raw.size();  // read straight into place
+  if (!stored_raw && comp.size() < size) comp.resize(static_cast<std::size_t>(size));  // grows only: nothing re-zeroed
+  const auto enc = stored_raw ? raw : std::span<std::byte>(comp).first(static_cast<std::size_t>(size));
   try {
-    io::pread_exact(f, comp, 0, file);
+    io::pread_exact(f, enc, 0, file);
   } catch (const Error& e) {
     fail(std::string("chunk ") + key + ": " + e.what());
   }
-  if (const std::string bad = io::decompress(m.compressor, comp, raw); !bad.empty()) fail("chunk " + key + ": " + bad);
+  if (!stored_raw)
+    if (const std::string bad = io::decompress(m.compressor, enc, raw); !bad.empty()) fail("chunk " + key + ": " + bad);
   if (m.big_endian) byteswap(raw, dtype_size(m.type), m.type);
   return true;
-}
-
-// Reads the whole array into dst (dst.size() == m.bytes()), C order, native byte order.
-// `fail` throws naming the checkpoint and leaf.
-inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::byte> dst,
-                       const std::function<void(const std::string&)>& fail) {
-  const std::size_t es = dtype_size(m.type);
-  const std::size_t rank = m.shape.size();
-  // prefill with fill_value: missing chunks read as it
-  if (m.fill.empty()) {
-    if (!dst.empty()) std::memset(dst.data(), 0, dst.size());  // an empty array's data() may be null
-  } else
-    for (std::size_t i = 0; i + es <= dst.size(); i += es) std::memcpy(dst.data() + i, m.fill.data(), es);
-  if (element_count(m.shape) == 0) return;
-
-  std::vector<std::int64_t> grid(rank), idx(rank, 0);
-  for (std::size_t i = 0; i < rank; ++i) grid[i] = (m.shape[i] + m.chunks[i] - 1) / m.chunks[i];
-  // strides in elements: of the array (C), and of a chunk (C or F)
-  std::vector<std::uint64_t> astride(rank), cstride(rank);
-  std::uint64_t a = 1, c = 1;
-  for (std::size_t i = rank; i-- > 0;) { astride[i] = a; a *= static_cast<std::uint64_t>(m.shape[i]); }
-  if (m.fortran) for (std::size_t i = 0; i < rank; ++i) { cstride[i] = c; c *= static_cast<std::uint64_t>(m.chunks[i]); }
-  else for (std::size_t i = rank; i-- > 0;) { cstride[i] = c; c *= static_cast<std::uint64_t>(m.chunks[i]); }
-  const std::uint64_t chunk_bytes = m.chunk_bytes();
-  std::vector<std::byte> raw, comp;
-
-  raw.resize(static_cast<std::size_t>(chunk_bytes));
-  for (;;) {
-    const std::string key = chunk_key(idx, m.separator);
-    if (load_chunk_file(dir, m, key, comp, raw, fail)) {
-      // copy the part of the chunk inside the array
-      std::vector<std::int64_t> start(rank), ext(rank), local(rank, 0);
-      for (std::size_t i = 0; i < rank; ++i) {
-        start[i] = idx[i] * m.chunks[i];
-        ext[i] = std::min(m.chunks[i], m.shape[i] - start[i]);
-      }
-      if (rank == 0) {
-        std::memcpy(dst.data(), raw.data(), es);
-      } else {
-        // C order: runs along the last dimension are contiguous on both sides
-        const bool runs = !m.fortran || rank == 1;
-        const std::int64_t inner = runs ? ext[rank - 1] : 1;
-        const std::size_t outer_rank = runs ? rank - 1 : rank;
-        for (;;) {
-          std::uint64_t so = 0, doff = 0;
-          for (std::size_t i = 0; i < rank; ++i) {
-            so += static_cast<std::uint64_t>(local[i]) * cstride[i];
-            doff += static_cast<std::uint64_t>(start[i] + local[i]) * astride[i];
-          }
-          std::memcpy(dst.data() + doff * es, raw.data() + so * es, static_cast<std::size_t>(inner) * es);
-          std::size_t k = outer_rank;
-          bool more = false;
-          while (k-- > 0) {
-            if (++local[k] < ext[k]) { more = true; break; }
-            local[k] = 0;
-          }
-          if (!more) break;
-        }
-      }
-    }
-    // next chunk in the grid
-    std::size_t k = rank;
-    bool done = true;
-    while (k-- > 0) {
-      if (++idx[k] < grid[k]) { done = false; break; }
-      idx[k] = 0;
-    }
-    if (done) break;
-  }
 }
 
 // Reads the box at `origin` of `shape` of the array into dst (C order, native byte
@@ -236,6 +170,13 @@ inline void read_array_box(const fs::path& dir, const ArrayMeta& m, const Shape&
     }
     return true;
   });
+}
+
+// Reads the whole array into dst (dst.size() == m.bytes()), C order, native byte order.
+// `fail` throws naming the checkpoint and leaf.
+inline void read_array(const fs::path& dir, const ArrayMeta& m, std::span<std::byte> dst,
+                       const std::function<void(const std::string&)>& fail) {
+  read_array_box(dir, m, Shape(m.shape.size(), 0), m.shape, dst, fail);
 }
 
 // The chunk size writers aim at (meta_for's target): 64 MiB, or a quarter of a save's

@@ -113,31 +113,8 @@ struct KvArrayV2 {
     std::memcpy(raw.data(), t.data(), raw.size());
   }
 
-  void read(std::span<std::byte> dst, const Fail& fail) const {
-    const std::size_t es = dtype_size(meta.type);
-    const std::uint64_t cb = meta.chunk_bytes();
-    // The fill value goes where a chunk is missing: prefill only when one is.
-    bool all_there = true;
-    for_each_chunk(meta.shape, meta.chunks, [&](const std::vector<std::int64_t>& idx) {
-      all_there = all_there && kv->size(key(chunk_key(idx, meta.separator))).has_value();
-    });
-    if (!all_there || element_count(meta.shape) == 0) fill_with(dst, meta.fill, es);
-    // Chunks cut along the first dimension only (what ckpt and Orbax write), C order,
-    // little-endian: a full chunk is one contiguous run of dst and decodes straight into it.
-    bool runs = !meta.fortran && !meta.big_endian && !meta.shape.empty();
-    for (std::size_t i = 1; i < meta.shape.size(); ++i) runs = runs && meta.chunks[i] == meta.shape[i];
-    std::vector<std::byte> comp, raw_buf, t;
-    for_each_chunk(meta.shape, meta.chunks, [&](const std::vector<std::int64_t>& idx) {
-      const std::uint64_t at = static_cast<std::uint64_t>(idx.empty() ? 0 : idx[0]) * cb;
-      const bool direct = runs && at + cb <= dst.size();
-      if (!direct && raw_buf.empty()) raw_buf.resize(std::max<std::size_t>(static_cast<std::size_t>(cb), 1));
-      const std::span<std::byte> raw = direct ? dst.subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(cb))
-                                              : std::span<std::byte>(raw_buf.data(), static_cast<std::size_t>(cb));
-      if (!load_chunk(idx, raw, comp, fail) || direct) return;
-      to_c_order(raw, t);
-      copy_chunk(dst, meta.shape, meta.chunks, idx, raw, es);
-    });
-  }
+  // The whole array (dst.size() == meta.bytes()), C order.
+  void read(std::span<std::byte> dst, const Fail& fail) const { read_box(Shape(meta.shape.size(), 0), meta.shape, dst, fail); }
 
   // Reads the box at `origin` of `shape` into dst (C order), decoding only the chunks that meet it.
   void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst, const Fail& fail) const {

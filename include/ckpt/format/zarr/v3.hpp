@@ -362,14 +362,8 @@ struct KvArray {
     return true;
   }
 
-  void read(std::span<std::byte> dst, const Fail& fail) const {
-    const std::size_t es = dtype_size(meta.type);
-    fill_with(dst, meta.fill, es);
-    std::vector<std::byte> enc, raw(static_cast<std::size_t>(meta.chunk_bytes()));
-    for_each_chunk(meta.shape, meta.chunks, [&](const std::vector<std::int64_t>& idx) {
-      if (load_chunk(idx, raw, enc, fail)) copy_chunk(dst, meta.shape, meta.chunks, idx, raw, es);
-    });
-  }
+  // The whole array (dst.size() == meta.bytes()), C order.
+  void read(std::span<std::byte> dst, const Fail& fail) const { read_box(Shape(meta.shape.size(), 0), meta.shape, dst, fail); }
 
   // Reads the box at `origin` of `shape` into dst (C order), decoding only the chunks
   // (whole shards) that meet it.
