@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--size-mb") size_mb = std::stoul(argv[i + 1]);
     else if (a == "--rounds") rounds = std::stoi(argv[i + 1]);
-    else if (a == "--dir") dir = argv[i + 1];
+    else if (a == "--dir") dir = fs::path(argv[i + 1]) / "ckpt-bench-migrate";  // its own folder: removed at the end
   }
   fs::remove_all(dir);
   fs::create_directories(dir);

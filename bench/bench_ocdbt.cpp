@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     if (a == "--size-mb") size_mb = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--leaves") leaves = std::strtoull(argv[i + 1], nullptr, 10);
     else if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
-    else if (a == "--dir") dir = argv[i + 1];
+    else if (a == "--dir") dir = fs::path(argv[i + 1]) / "ckpt-bench-ocdbt";  // its own folder: removed at the end
   }
   fs::remove_all(dir);
   fs::create_directories(dir);

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--size-mb" && i + 1 < argc) size_mb = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
-    else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
+    else if (a == "--dir" && i + 1 < argc) dir = fs::path(argv[++i]) / "ckpt-bench-safetensors";  // its own folder: removed at the end
     else {
       std::fprintf(stderr, "usage: %s [--size-mb N] [--rounds N] [--dir PATH]\n", argv[0]);
       return a == "--help" ? 0 : 2;
