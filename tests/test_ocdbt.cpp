@@ -176,6 +176,8 @@ TEST_CASE("ckpt::save<ckpt::orbax> writes OCDBT + zarr v2 as Orbax 0.11 does; th
   ckpt::save<ckpt::orbax>(tmp / "o", s);
   const fs::path item = tmp / "o/default";
   CHECK(fs::exists(item / "manifest.ocdbt"));
+  // Orbax's layout even for one process: its own database, merged into the root one
+  CHECK(fs::exists(item / "ocdbt.process_0/manifest.ocdbt"));
   CHECK(!fs::exists(item / "big"));  // no zarr directories: the arrays are in the database
   const auto meta = nlohmann::json::parse(test::read_bytes(item / "_METADATA"));
   CHECK(meta["use_ocdbt"] == true);
@@ -194,7 +196,7 @@ TEST_CASE("ckpt::save<ckpt::orbax> writes OCDBT + zarr v2 as Orbax 0.11 does; th
   CHECK(o["manifest"]["header"]["compression"] == 1);
   CHECK(o["versions"].size() == 1);
   // large chunks are out of line, read with exact ranges; small ones inline
-  CHECK(o["keys"]["big/0"]["stored"].get<std::string>().rfind("indirect:d/", 0) == 0);
+  CHECK(o["keys"]["big/0"]["stored"].get<std::string>().rfind("indirect:ocdbt.process_0/d/", 0) == 0);
   CHECK(o["keys"]["small/0"]["stored"] == "inline");
   CHECK(o["keys"]["dense.bias/.zarray"]["stored"] == "inline");
   const auto& arrays = o["arrays"];

@@ -409,8 +409,9 @@ struct basic_orbax {
     std::set<std::string> names;
     exec::ProgressTracker progress(opt.progress, zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
     std::optional<ocdbt::Writer> db;
-    // several processes: each its own database, merged into the root one afterwards
-    if constexpr (use_ocdbt) db.emplace(part.whole() ? item : item / od::process_database(part.process));
+    // Each process its own database, merged into the root one afterwards (by merge_parts
+    // after a multi-process save, below after a whole one): Orbax's layout, one process or many.
+    if constexpr (use_ocdbt) db.emplace(item / od::process_database(part.process));
     for (std::size_t i = 0; i < s.leaves.size(); ++i) {
       const SnapshotLeaf& l = s.leaves[i];
       std::string name;
@@ -449,7 +450,10 @@ struct basic_orbax {
       if (type == "string" || type == "None") progress.add(l.data.size(), 1);
       else progress.add(0, 1);
     }
-    if (db) db->commit();
+    if (db) {
+      db->commit();
+      if (part.whole()) od::merge_process_databases(item, 1, ckpt);
+    }
     if (!part.metadata) {
       progress.finish();
       return;
