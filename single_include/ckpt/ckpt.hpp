@@ -7674,6 +7674,7 @@ struct SaveStats {
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ckpt {
 
@@ -7696,6 +7697,16 @@ inline std::optional<double> metric_of(const StepRecord& r, const std::string& m
   const auto it = r.metrics.find(metric);
   if (it == r.metrics.end() || !std::isfinite(it->second)) return std::nullopt;
   return it->second;
+}
+
+// The records with `metric` taken from `logged` (step -> value, e.g. TensorBoard's)
+// instead of the values save() was given: a step with no logged value has none.
+inline void use_logged_metric(std::vector<StepRecord>& records, const std::string& metric,
+                              const std::map<std::int64_t, double>& logged) {
+  for (auto& r : records) {
+    r.metrics.erase(metric);
+    if (const auto it = logged.find(r.step); it != logged.end()) r.metrics[metric] = it->second;
+  }
 }
 
 }  // namespace retain
@@ -9641,13 +9652,8 @@ class CheckpointManager {
   // records(), with best_metric read from TensorBoard when asked (outside the lock: it reads files).
   std::vector<retain::StepRecord> ranked_records() const {
     auto out = records();
-    if (options_.best_metric_from_tensorboard) {
-      const auto logged = tensorboard::read_metric(root_, options_.best_metric);
-      for (auto& r : out) {
-        r.metrics.erase(options_.best_metric);
-        if (const auto it = logged.find(r.step); it != logged.end()) r.metrics[options_.best_metric] = it->second;
-      }
-    }
+    if (options_.best_metric_from_tensorboard)
+      retain::use_logged_metric(out, options_.best_metric, tensorboard::read_metric(root_, options_.best_metric));
     return out;
   }
 
@@ -9923,6 +9929,7 @@ class CheckpointManager {
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -10460,6 +10467,24 @@ inline bool safe_name(std::string_view s) {
 
 namespace ckpt::zarr {
 
+// A buffer reused from chunk to chunk, grown without zeroing: every use overwrites the
+// bytes it asks for (a read, a decompression), so clearing them would be one more
+// pass over every compressed byte of the array.
+class Scratch {
+ public:
+  std::span<std::byte> get(std::size_t n) {
+    if (n > cap_) {
+      buf_.reset(new std::byte[n]);  // default-initialized: not zeroed
+      cap_ = n;
+    }
+    return {buf_.get(), n};
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> buf_;
+  std::size_t cap_ = 0;
+};
+
 // Calls f(idx) for every index with lo <= idx <= hi (inclusive, per dimension), in C
 // order; once with an empty idx for rank 0.
 template <class F>
@@ -10566,6 +10591,17 @@ inline void untranspose(std::span<const std::byte> src, std::span<std::byte> dst
   });
 }
 
+// A Fortran-order chunk in raw (the C order of its reversed shape), put in C order in
+// place; t is scratch.
+inline void fortran_to_c_order(std::span<std::byte> raw, const Shape& chunks, std::size_t es, std::vector<std::byte>& t) {
+  if (chunks.size() <= 1) return;
+  std::vector<std::size_t> order(chunks.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+  t.resize(raw.size());
+  untranspose(raw, t, chunks, order, es);
+  std::memcpy(raw.data(), t.data(), raw.size());
+}
+
 inline void fill_with(std::span<std::byte> dst, const std::vector<std::byte>& fill, std::size_t es) {
   if (fill.empty()) {
     if (!dst.empty()) std::memset(dst.data(), 0, dst.size());
@@ -10610,15 +10646,15 @@ void read_box(const Shape& chunks, std::uint64_t chunk_bytes, std::size_t es, co
     hi[i] = (origin[i] + shape[i] - 1) / chunks[i];
   }
   const auto cb = static_cast<std::size_t>(std::max<std::uint64_t>(chunk_bytes, es));
-  std::vector<std::byte> raw;  // allocated by the first chunk that needs it
+  Scratch buffer;  // allocated by the first chunk that needs it
   for_each_index_in(lo, hi, [&](const std::vector<std::int64_t>& idx) {
     if (const std::int64_t at = chunk_run_in_box(origin, shape, chunks, idx, es); at >= 0) {
       const auto run = dst.subspan(static_cast<std::size_t>(at), cb);
       if (!load(idx, run)) fill_with(run, fill, es);
       return;
     }
-    if (raw.empty()) raw.resize(cb);
-    if (!load(idx, std::span<std::byte>(raw))) fill_with(raw, fill, es);
+    const auto raw = buffer.get(cb);
+    if (!load(idx, raw)) fill_with(raw, fill, es);
     copy_chunk_into_box(dst, origin, shape, chunks, idx, raw, es);
   });
 }
@@ -10706,7 +10742,7 @@ inline std::string check_plausible(const fs::path& dir, const ArrayMeta& m) {
 // Reads chunk `key` of the array in dir into raw (its chunk_bytes, decoded, native byte
 // order, in the array's own C or Fortran order); comp is a buffer reused across chunks.
 // False when the chunk is absent (it reads as fill_value).
-inline bool load_chunk_file(const fs::path& dir, const ArrayMeta& m, const std::string& key, std::vector<std::byte>& comp,
+inline bool load_chunk_file(const fs::path& dir, const ArrayMeta& m, const std::string& key, Scratch& comp,
                        std::span<std::byte> raw, const std::function<void(const std::string&)>& fail) {
   const fs::path file = dir / key;
   const std::uint64_t chunk_bytes = m.chunk_bytes();
@@ -10736,8 +10772,7 @@ inline bool load_chunk_file(const fs::path& dir, const ArrayMeta& m, const std::
   if (chunk_bytes > free_bytes + size * max_expansion)
     fail("chunk " + key + " would decompress to " + std::to_string(chunk_bytes) + " bytes from " + std::to_string(size));
   const bool stored_raw = m.compressor == io::codec::none && size == raw.size();  // read straight into place
-  if (!stored_raw && comp.size() < size) comp.resize(static_cast<std::size_t>(size));  // grows only: nothing re-zeroed
-  const auto enc = stored_raw ? raw : std::span<std::byte>(comp).first(static_cast<std::size_t>(size));
+  const auto enc = stored_raw ? raw : comp.get(static_cast<std::size_t>(size));
   try {
     io::pread_exact(f, enc, 0, file);
   } catch (const Error& e) {
@@ -10755,16 +10790,11 @@ inline bool load_chunk_file(const fs::path& dir, const ArrayMeta& m, const std::
 inline void read_array_box(const fs::path& dir, const ArrayMeta& m, const Shape& origin, const Shape& shape,
                            std::span<std::byte> dst, const std::function<void(const std::string&)>& fail) {
   const std::size_t es = dtype_size(m.type);
-  std::vector<std::byte> comp, c_order;
+  Scratch comp;
+  std::vector<std::byte> c_order;
   read_box(m.chunks, m.chunk_bytes(), es, m.fill, origin, shape, dst, [&](const std::vector<std::int64_t>& idx, std::span<std::byte> raw) {
     if (!load_chunk_file(dir, m, chunk_key(idx, m.separator), comp, raw, fail)) return false;
-    if (m.fortran && m.shape.size() > 1) {  // a Fortran chunk is the C order of its reversed shape
-      std::vector<std::size_t> order(m.shape.size());
-      for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
-      c_order.resize(raw.size());
-      untranspose(raw, c_order, m.chunks, order, es);
-      std::memcpy(raw.data(), c_order.data(), raw.size());
-    }
+    if (m.fortran) fortran_to_c_order(raw, m.chunks, es, c_order);
     return true;
   });
 }
@@ -13298,7 +13328,7 @@ struct KvArrayV2 {
 
   // Reads chunk idx into raw (chunk_bytes: decoded, native byte order, in the array's
   // C or Fortran order); comp is a buffer reused across chunks. False when it is absent.
-  bool load_chunk(const std::vector<std::int64_t>& idx, std::span<std::byte> raw, std::vector<std::byte>& comp,
+  bool load_chunk(const std::vector<std::int64_t>& idx, std::span<std::byte> raw, Scratch& comp,
                   const Fail& fail) const {
     const std::string k = key(chunk_key(idx, meta.separator));
     const auto size = kv->size(k);
@@ -13311,8 +13341,7 @@ struct KvArrayV2 {
         if (*size != cb) fail("chunk " + k + " holds " + std::to_string(*size) + " bytes, " + std::to_string(cb) + " expected");
         kv->read(k, 0, raw);
       } else {
-        if (comp.size() < *size) comp.resize(static_cast<std::size_t>(*size));  // grows only: nothing re-zeroed
-        const auto enc = std::span<std::byte>(comp).first(static_cast<std::size_t>(*size));
+        const auto enc = comp.get(static_cast<std::size_t>(*size));
         kv->read(k, 0, enc);
         if (const std::string bad = io::decompress(meta.compressor, enc, raw); !bad.empty()) fail("chunk " + k + ": " + bad);
       }
@@ -13325,26 +13354,17 @@ struct KvArrayV2 {
     return true;
   }
 
-  // A Fortran-order chunk in raw, put in C order (t is scratch).
-  void to_c_order(std::span<std::byte> raw, std::vector<std::byte>& t) const {
-    if (!meta.fortran || meta.shape.size() <= 1) return;
-    std::vector<std::size_t> order(meta.shape.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
-    t.resize(raw.size());
-    untranspose(raw, t, meta.chunks, order, dtype_size(meta.type));
-    std::memcpy(raw.data(), t.data(), raw.size());
-  }
-
   // The whole array (dst.size() == meta.bytes()), C order.
   void read(std::span<std::byte> dst, const Fail& fail) const { read_box(Shape(meta.shape.size(), 0), meta.shape, dst, fail); }
 
   // Reads the box at `origin` of `shape` into dst (C order), decoding only the chunks that meet it.
   void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst, const Fail& fail) const {
-    std::vector<std::byte> comp, t;
+    Scratch comp;
+    std::vector<std::byte> t;
     zarr::read_box(meta.chunks, meta.chunk_bytes(), dtype_size(meta.type), meta.fill, origin, shape, dst,
                    [&](const std::vector<std::int64_t>& idx, std::span<std::byte> raw) {
                      if (!load_chunk(idx, raw, comp, fail)) return false;
-                     to_c_order(raw, t);
+                     if (meta.fortran) fortran_to_c_order(raw, meta.chunks, dtype_size(meta.type), t);
                      return true;
                    });
   }
@@ -13693,8 +13713,8 @@ struct KvArray {
   }
 
   // Decodes chunk idx (a shard, with the sharding codec) into raw (chunk_bytes, C order,
-  // native byte order); enc is a buffer reused across chunks. False when it is absent.
-  bool load_chunk(const std::vector<std::int64_t>& idx, std::span<std::byte> raw, std::vector<std::byte>& enc,
+  // native byte order); scratch is a buffer reused across chunks. False when it is absent.
+  bool load_chunk(const std::vector<std::int64_t>& idx, std::span<std::byte> raw, Scratch& scratch,
                   const Fail& fail) const {
     const std::string k = key(chunk_key(meta, idx));
     const auto size = kv->size(k);
@@ -13703,7 +13723,7 @@ struct KvArray {
     // generous (a shard of tiny inner chunks carries a 16-byte index entry each), still linear
     if (*size > 20 * cb + (std::uint64_t{1} << 20))
       fail("chunk " + k + " is " + std::to_string(*size) + " bytes, more than any encoding of its " + std::to_string(cb));
-    enc.resize(static_cast<std::size_t>(*size));
+    const auto enc = scratch.get(static_cast<std::size_t>(*size));
     try {
       kv->read(k, 0, enc);
     } catch (const Error& e) {
@@ -13720,7 +13740,7 @@ struct KvArray {
   // Reads the box at `origin` of `shape` into dst (C order), decoding only the chunks
   // (whole shards) that meet it.
   void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst, const Fail& fail) const {
-    std::vector<std::byte> enc;
+    Scratch enc;
     zarr::read_box(meta.chunks, meta.chunk_bytes(), dtype_size(meta.type), meta.fill, origin, shape, dst,
                    [&](const std::vector<std::int64_t>& idx, std::span<std::byte> raw) { return load_chunk(idx, raw, enc, fail); });
   }

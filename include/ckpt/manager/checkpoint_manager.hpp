@@ -344,13 +344,8 @@ class CheckpointManager {
   // records(), with best_metric read from TensorBoard when asked (outside the lock: it reads files).
   std::vector<retain::StepRecord> ranked_records() const {
     auto out = records();
-    if (options_.best_metric_from_tensorboard) {
-      const auto logged = tensorboard::read_metric(root_, options_.best_metric);
-      for (auto& r : out) {
-        r.metrics.erase(options_.best_metric);
-        if (const auto it = logged.find(r.step); it != logged.end()) r.metrics[options_.best_metric] = it->second;
-      }
-    }
+    if (options_.best_metric_from_tensorboard)
+      retain::use_logged_metric(out, options_.best_metric, tensorboard::read_metric(root_, options_.best_metric));
     return out;
   }
 

@@ -383,10 +383,7 @@ class CheckpointManager {
       std::memcpy(&value, pairs.data() + at + 8, 8);
       logged[step] = value;
     }
-    for (auto& r : out) {
-      r.metrics.erase(options_.best_metric);
-      if (const auto it = logged.find(r.step); it != logged.end()) r.metrics[options_.best_metric] = it->second;
-    }
+    retain::use_logged_metric(out, options_.best_metric, logged);
     return out;
   }
   std::filesystem::path dir_to_read(std::optional<std::int64_t> step) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ckpt {
 
@@ -32,6 +33,16 @@ inline std::optional<double> metric_of(const StepRecord& r, const std::string& m
   const auto it = r.metrics.find(metric);
   if (it == r.metrics.end() || !std::isfinite(it->second)) return std::nullopt;
   return it->second;
+}
+
+// The records with `metric` taken from `logged` (step -> value, e.g. TensorBoard's)
+// instead of the values save() was given: a step with no logged value has none.
+inline void use_logged_metric(std::vector<StepRecord>& records, const std::string& metric,
+                              const std::map<std::int64_t, double>& logged) {
+  for (auto& r : records) {
+    r.metrics.erase(metric);
+    if (const auto it = logged.find(r.step); it != logged.end()) r.metrics[metric] = it->second;
+  }
 }
 
 }  // namespace retain

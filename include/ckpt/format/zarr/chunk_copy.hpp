@@ -9,12 +9,31 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include <ckpt/format/zarr/metadata.hpp>
 
 namespace ckpt::zarr {
+
+// A buffer reused from chunk to chunk, grown without zeroing: every use overwrites the
+// bytes it asks for (a read, a decompression), so clearing them would be one more
+// pass over every compressed byte of the array.
+class Scratch {
+ public:
+  std::span<std::byte> get(std::size_t n) {
+    if (n > cap_) {
+      buf_.reset(new std::byte[n]);  // default-initialized: not zeroed
+      cap_ = n;
+    }
+    return {buf_.get(), n};
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> buf_;
+  std::size_t cap_ = 0;
+};
 
 // Calls f(idx) for every index with lo <= idx <= hi (inclusive, per dimension), in C
 // order; once with an empty idx for rank 0.
@@ -122,6 +141,17 @@ inline void untranspose(std::span<const std::byte> src, std::span<std::byte> dst
   });
 }
 
+// A Fortran-order chunk in raw (the C order of its reversed shape), put in C order in
+// place; t is scratch.
+inline void fortran_to_c_order(std::span<std::byte> raw, const Shape& chunks, std::size_t es, std::vector<std::byte>& t) {
+  if (chunks.size() <= 1) return;
+  std::vector<std::size_t> order(chunks.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+  t.resize(raw.size());
+  untranspose(raw, t, chunks, order, es);
+  std::memcpy(raw.data(), t.data(), raw.size());
+}
+
 inline void fill_with(std::span<std::byte> dst, const std::vector<std::byte>& fill, std::size_t es) {
   if (fill.empty()) {
     if (!dst.empty()) std::memset(dst.data(), 0, dst.size());
@@ -166,15 +196,15 @@ void read_box(const Shape& chunks, std::uint64_t chunk_bytes, std::size_t es, co
     hi[i] = (origin[i] + shape[i] - 1) / chunks[i];
   }
   const auto cb = static_cast<std::size_t>(std::max<std::uint64_t>(chunk_bytes, es));
-  std::vector<std::byte> raw;  // allocated by the first chunk that needs it
+  Scratch buffer;  // allocated by the first chunk that needs it
   for_each_index_in(lo, hi, [&](const std::vector<std::int64_t>& idx) {
     if (const std::int64_t at = chunk_run_in_box(origin, shape, chunks, idx, es); at >= 0) {
       const auto run = dst.subspan(static_cast<std::size_t>(at), cb);
       if (!load(idx, run)) fill_with(run, fill, es);
       return;
     }
-    if (raw.empty()) raw.resize(cb);
-    if (!load(idx, std::span<std::byte>(raw))) fill_with(raw, fill, es);
+    const auto raw = buffer.get(cb);
+    if (!load(idx, raw)) fill_with(raw, fill, es);
     copy_chunk_into_box(dst, origin, shape, chunks, idx, raw, es);
   });
 }

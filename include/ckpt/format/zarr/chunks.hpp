@@ -109,7 +109,7 @@ inline std::string check_plausible(const fs::path& dir, const ArrayMeta& m) {
 // Reads chunk `key` of the array in dir into raw (its chunk_bytes, decoded, native byte
 // order, in the array's own C or Fortran order); comp is a buffer reused across chunks.
 // False when the chunk is absent (it reads as fill_value).
-inline bool load_chunk_file(const fs::path& dir, const ArrayMeta& m, const std::string& key, std::vector<std::byte>& comp,
+inline bool load_chunk_file(const fs::path& dir, const ArrayMeta& m, const std::string& key, Scratch& comp,
                        std::span<std::byte> raw, const std::function<void(const std::string&)>& fail) {
   const fs::path file = dir / key;
   const std::uint64_t chunk_bytes = m.chunk_bytes();
@@ -139,8 +139,7 @@ inline bool load_chunk_file(const fs::path& dir, const ArrayMeta& m, const std::
   if (chunk_bytes > free_bytes + size * max_expansion)
     fail("chunk " + key + " would decompress to " + std::to_string(chunk_bytes) + " bytes from " + std::to_string(size));
   const bool stored_raw = m.compressor == io::codec::none && size == raw.size();  // read straight into place
-  if (!stored_raw && comp.size() < size) comp.resize(static_cast<std::size_t>(size));  // grows only: nothing re-zeroed
-  const auto enc = stored_raw ? raw : std::span<std::byte>(comp).first(static_cast<std::size_t>(size));
+  const auto enc = stored_raw ? raw : comp.get(static_cast<std::size_t>(size));
   try {
     io::pread_exact(f, enc, 0, file);
   } catch (const Error& e) {
@@ -158,16 +157,11 @@ inline bool load_chunk_file(const fs::path& dir, const ArrayMeta& m, const std::
 inline void read_array_box(const fs::path& dir, const ArrayMeta& m, const Shape& origin, const Shape& shape,
                            std::span<std::byte> dst, const std::function<void(const std::string&)>& fail) {
   const std::size_t es = dtype_size(m.type);
-  std::vector<std::byte> comp, c_order;
+  Scratch comp;
+  std::vector<std::byte> c_order;
   read_box(m.chunks, m.chunk_bytes(), es, m.fill, origin, shape, dst, [&](const std::vector<std::int64_t>& idx, std::span<std::byte> raw) {
     if (!load_chunk_file(dir, m, chunk_key(idx, m.separator), comp, raw, fail)) return false;
-    if (m.fortran && m.shape.size() > 1) {  // a Fortran chunk is the C order of its reversed shape
-      std::vector<std::size_t> order(m.shape.size());
-      for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
-      c_order.resize(raw.size());
-      untranspose(raw, c_order, m.chunks, order, es);
-      std::memcpy(raw.data(), c_order.data(), raw.size());
-    }
+    if (m.fortran) fortran_to_c_order(raw, m.chunks, es, c_order);
     return true;
   });
 }

@@ -76,7 +76,7 @@ struct KvArrayV2 {
 
   // Reads chunk idx into raw (chunk_bytes: decoded, native byte order, in the array's
   // C or Fortran order); comp is a buffer reused across chunks. False when it is absent.
-  bool load_chunk(const std::vector<std::int64_t>& idx, std::span<std::byte> raw, std::vector<std::byte>& comp,
+  bool load_chunk(const std::vector<std::int64_t>& idx, std::span<std::byte> raw, Scratch& comp,
                   const Fail& fail) const {
     const std::string k = key(chunk_key(idx, meta.separator));
     const auto size = kv->size(k);
@@ -89,8 +89,7 @@ struct KvArrayV2 {
         if (*size != cb) fail("chunk " + k + " holds " + std::to_string(*size) + " bytes, " + std::to_string(cb) + " expected");
         kv->read(k, 0, raw);
       } else {
-        if (comp.size() < *size) comp.resize(static_cast<std::size_t>(*size));  // grows only: nothing re-zeroed
-        const auto enc = std::span<std::byte>(comp).first(static_cast<std::size_t>(*size));
+        const auto enc = comp.get(static_cast<std::size_t>(*size));
         kv->read(k, 0, enc);
         if (const std::string bad = io::decompress(meta.compressor, enc, raw); !bad.empty()) fail("chunk " + k + ": " + bad);
       }
@@ -103,26 +102,17 @@ struct KvArrayV2 {
     return true;
   }
 
-  // A Fortran-order chunk in raw, put in C order (t is scratch).
-  void to_c_order(std::span<std::byte> raw, std::vector<std::byte>& t) const {
-    if (!meta.fortran || meta.shape.size() <= 1) return;
-    std::vector<std::size_t> order(meta.shape.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
-    t.resize(raw.size());
-    untranspose(raw, t, meta.chunks, order, dtype_size(meta.type));
-    std::memcpy(raw.data(), t.data(), raw.size());
-  }
-
   // The whole array (dst.size() == meta.bytes()), C order.
   void read(std::span<std::byte> dst, const Fail& fail) const { read_box(Shape(meta.shape.size(), 0), meta.shape, dst, fail); }
 
   // Reads the box at `origin` of `shape` into dst (C order), decoding only the chunks that meet it.
   void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst, const Fail& fail) const {
-    std::vector<std::byte> comp, t;
+    Scratch comp;
+    std::vector<std::byte> t;
     zarr::read_box(meta.chunks, meta.chunk_bytes(), dtype_size(meta.type), meta.fill, origin, shape, dst,
                    [&](const std::vector<std::int64_t>& idx, std::span<std::byte> raw) {
                      if (!load_chunk(idx, raw, comp, fail)) return false;
-                     to_c_order(raw, t);
+                     if (meta.fortran) fortran_to_c_order(raw, meta.chunks, dtype_size(meta.type), t);
                      return true;
                    });
   }

@@ -341,8 +341,8 @@ struct KvArray {
   }
 
   // Decodes chunk idx (a shard, with the sharding codec) into raw (chunk_bytes, C order,
-  // native byte order); enc is a buffer reused across chunks. False when it is absent.
-  bool load_chunk(const std::vector<std::int64_t>& idx, std::span<std::byte> raw, std::vector<std::byte>& enc,
+  // native byte order); scratch is a buffer reused across chunks. False when it is absent.
+  bool load_chunk(const std::vector<std::int64_t>& idx, std::span<std::byte> raw, Scratch& scratch,
                   const Fail& fail) const {
     const std::string k = key(chunk_key(meta, idx));
     const auto size = kv->size(k);
@@ -351,7 +351,7 @@ struct KvArray {
     // generous (a shard of tiny inner chunks carries a 16-byte index entry each), still linear
     if (*size > 20 * cb + (std::uint64_t{1} << 20))
       fail("chunk " + k + " is " + std::to_string(*size) + " bytes, more than any encoding of its " + std::to_string(cb));
-    enc.resize(static_cast<std::size_t>(*size));
+    const auto enc = scratch.get(static_cast<std::size_t>(*size));
     try {
       kv->read(k, 0, enc);
     } catch (const Error& e) {
@@ -368,7 +368,7 @@ struct KvArray {
   // Reads the box at `origin` of `shape` into dst (C order), decoding only the chunks
   // (whole shards) that meet it.
   void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst, const Fail& fail) const {
-    std::vector<std::byte> enc;
+    Scratch enc;
     zarr::read_box(meta.chunks, meta.chunk_bytes(), dtype_size(meta.type), meta.fill, origin, shape, dst,
                    [&](const std::vector<std::int64_t>& idx, std::span<std::byte> raw) { return load_chunk(idx, raw, enc, fail); });
   }
