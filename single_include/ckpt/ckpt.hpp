@@ -11765,6 +11765,7 @@ inline const bool flax_msgpack_registered = register_format<flax_msgpack>(40);
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -11989,30 +11990,38 @@ inline std::vector<DataFile> read_data_file_table(Cursor& c, const std::string& 
   return out;
 }
 
-// Writes a table of paths (no transitive part). bases[i] is how much of paths[i] is
-// its base path: "" for a database's own "d/" + name (as TensorStore writes them),
-// "ocdbt.process_1/" for a file of a per-process database the root refers to (whose
-// own references are then relative to that directory). Empty bases: all "".
-inline void write_data_file_table(std::vector<std::byte>& out, const std::vector<std::string>& paths,
-                                  const std::vector<std::size_t>& bases = {}) {
-  put_varint(out, paths.size());
-  if (paths.empty()) return;
-  auto base = [&](std::size_t i) { return bases.empty() ? std::size_t{0} : bases[i]; };
-  std::vector<std::size_t> prefix(paths.size(), 0);
-  for (std::size_t i = 1; i < paths.size(); ++i) {
+// Writes a table of data files (no transitive part), each a path and how much of it
+// is its base path: 0 for a database's own "d/" + name (as TensorStore writes them),
+// the length of "ocdbt.process_1/" for a file of a per-process database the root
+// refers to (whose own references are then relative to that directory).
+inline void write_data_file_table(std::vector<std::byte>& out,
+                                  const std::vector<std::pair<std::string, std::size_t>>& files) {
+  put_varint(out, files.size());
+  if (files.empty()) return;
+  std::vector<std::size_t> prefix(files.size(), 0);
+  for (std::size_t i = 1; i < files.size(); ++i) {
+    const auto& [path, base] = files[i];
+    const auto& [prev, prev_base] = files[i - 1];
     std::size_t k = 0;
-    while (k < paths[i].size() && k < paths[i - 1].size() && paths[i][k] == paths[i - 1][k]) ++k;
+    while (k < path.size() && k < prev.size() && path[k] == prev[k]) ++k;
     // the spec: the common prefix may not extend past either base path unless the
     // two base paths are equal
-    const bool same_base = base(i) == base(i - 1) && paths[i].compare(0, base(i), paths[i - 1], 0, base(i - 1)) == 0;
-    if (!same_base) k = std::min({k, base(i), base(i - 1)});
+    const bool same_base = base == prev_base && path.compare(0, base, prev, 0, prev_base) == 0;
+    if (!same_base) k = std::min({k, base, prev_base});
     prefix[i] = k;
   }
-  for (std::size_t i = 1; i < paths.size(); ++i) put_varint(out, prefix[i]);
-  for (std::size_t i = 0; i < paths.size(); ++i) put_varint(out, paths[i].size() - prefix[i]);
-  for (std::size_t i = 0; i < paths.size(); ++i) put_varint(out, base(i));
-  for (std::size_t i = 0; i < paths.size(); ++i)
-    for (std::size_t k = prefix[i]; k < paths[i].size(); ++k) out.push_back(static_cast<std::byte>(paths[i][k]));
+  for (std::size_t i = 1; i < files.size(); ++i) put_varint(out, prefix[i]);
+  for (std::size_t i = 0; i < files.size(); ++i) put_varint(out, files[i].first.size() - prefix[i]);
+  for (std::size_t i = 0; i < files.size(); ++i) put_varint(out, files[i].second);
+  for (std::size_t i = 0; i < files.size(); ++i)
+    for (std::size_t k = prefix[i]; k < files[i].first.size(); ++k) out.push_back(static_cast<std::byte>(files[i].first[k]));
+}
+
+// The same for plain paths, each its own database's (base path "").
+inline void write_data_file_table(std::vector<std::byte>& out, const std::vector<std::string>& paths) {
+  std::vector<std::pair<std::string, std::size_t>> files;
+  for (const auto& p : paths) files.emplace_back(p, 0);
+  write_data_file_table(out, files);
 }
 
 }  // namespace ckpt::ocdbt
@@ -12745,15 +12754,7 @@ class Writer {
         const std::pair<std::string, std::size_t> f{e.file.empty() ? data_name_ : e.file, e.base};
         return static_cast<std::size_t>(std::lower_bound(table.begin(), table.end(), f) - table.begin());
       };
-      {
-        std::vector<std::string> paths;
-        std::vector<std::size_t> bases;
-        for (const auto& [path, base] : table) {
-          paths.push_back(path);
-          bases.push_back(base);
-        }
-        write_data_file_table(b, paths, bases);
-      }
+      write_data_file_table(b, table);
       put_varint(b, j - i);
       std::vector<const std::string*> keys;
       for (std::size_t k = i; k < j; ++k) keys.push_back(&entries_[k].key);
@@ -13019,6 +13020,10 @@ struct WritePart {
   std::vector<std::vector<Region>> regions;  // per leaf: what this process writes of it
   // One process writes everything, chunks as meta_for cuts them.
   bool whole() const { return !planned; }
+  // What this process writes of leaf i's array (metadata m): all of it when whole.
+  std::vector<Region> regions_of(std::size_t i, const ArrayMeta& m) const {
+    return whole() ? std::vector<Region>{zarr::whole(m)} : regions.at(i);
+  }
 };
 
 // The shape of the array a leaf is (part of): its global shape when Sharded.
@@ -13041,8 +13046,7 @@ inline ArrayMeta part_meta(const WritePart& part, std::size_t i, const SnapshotL
 // Writes what this process writes of leaf i's array at dir.
 inline void write_leaf_part(const fs::path& dir, const ArrayMeta& m, const WritePart& part, std::size_t i,
                             const SnapshotLeaf& l, exec::ProgressTracker* progress) {
-  if (part.whole()) write_array(dir, m, l.data, progress);
-  else write_array_part(dir, m, l.data, part.regions.at(i), part.metadata, progress);
+  write_array_part(dir, m, l.data, part.regions_of(i, m), part.metadata, progress);
 }
 
 // The bytes this process writes of the snapshot's arrays (its progress total).
@@ -14057,14 +14061,6 @@ inline void put_array_part(ocdbt::Writer& w, const std::string& name, const zarr
         progress);
 }
 
-// Puts array `name` into the database: `.zarray`, then its chunks (along the first
-// dimension, as meta_for cuts them).
-inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::ArrayMeta& m, const LeafBytes& src,
-                      exec::ProgressTracker* progress = nullptr) {
-  const zarr::Region all = zarr::whole(m);
-  put_array_part(w, name, m, src, std::span(&all, 1), true, progress);
-}
-
 // The database of process `p` of a multi-process save, inside the item directory.
 inline std::string process_database(int p) { return "ocdbt.process_" + std::to_string(p); }
 
@@ -14150,12 +14146,8 @@ struct basic_orbax {
           throw Error(ckpt, l.path.str(), "path cannot name an Orbax array directory");
         type = zarr::array_shape(l).empty() ? "scalar" : "np.ndarray";
         const auto meta = zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
-        if constexpr (use_ocdbt) {
-          if (part.whole()) od::put_array(*db, name, meta, l.data, &progress);
-          else od::put_array_part(*db, name, meta, l.data, part.regions.at(i), part.metadata, &progress);
-        } else {
-          zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
-        }
+        if constexpr (use_ocdbt) od::put_array_part(*db, name, meta, l.data, part.regions_of(i, meta), part.metadata, &progress);
+        else zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
         // Orbax's write_shape: a shard's shape (rank 0's box of a Sharded leaf), else the whole
         value_meta["write_shape"] = l.data.shape;
       }

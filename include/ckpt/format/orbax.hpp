@@ -342,14 +342,6 @@ inline void put_array_part(ocdbt::Writer& w, const std::string& name, const zarr
         progress);
 }
 
-// Puts array `name` into the database: `.zarray`, then its chunks (along the first
-// dimension, as meta_for cuts them).
-inline void put_array(ocdbt::Writer& w, const std::string& name, const zarr::ArrayMeta& m, const LeafBytes& src,
-                      exec::ProgressTracker* progress = nullptr) {
-  const zarr::Region all = zarr::whole(m);
-  put_array_part(w, name, m, src, std::span(&all, 1), true, progress);
-}
-
 // The database of process `p` of a multi-process save, inside the item directory.
 inline std::string process_database(int p) { return "ocdbt.process_" + std::to_string(p); }
 
@@ -435,12 +427,8 @@ struct basic_orbax {
           throw Error(ckpt, l.path.str(), "path cannot name an Orbax array directory");
         type = zarr::array_shape(l).empty() ? "scalar" : "np.ndarray";
         const auto meta = zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
-        if constexpr (use_ocdbt) {
-          if (part.whole()) od::put_array(*db, name, meta, l.data, &progress);
-          else od::put_array_part(*db, name, meta, l.data, part.regions.at(i), part.metadata, &progress);
-        } else {
-          zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
-        }
+        if constexpr (use_ocdbt) od::put_array_part(*db, name, meta, l.data, part.regions_of(i, meta), part.metadata, &progress);
+        else zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
         // Orbax's write_shape: a shard's shape (rank 0's box of a Sharded leaf), else the whole
         value_meta["write_shape"] = l.data.shape;
       }

@@ -146,6 +146,7 @@ class CheckpointManager {
     assign_items(*job, std::move(args.items));
     job->stats.step = step;
     job->stats.bytes = job->snapshot.total_bytes();
+    job->stats.bytes_written = job->stats.bytes;  // nothing is linked across ranks
     job->stats.blocking_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count();
     {
       std::lock_guard lock(mu_);
@@ -403,7 +404,6 @@ class CheckpointManager {
       opts.force = job.force;
       auto before_commit = [&](const std::filesystem::path& staging) {  // rank 0: its figures go in the metadata
         job.stats.write_seconds = seconds();
-        job.stats.bytes_written = job.stats.bytes;
         job.metadata.save_stats = job.stats.to_json();
         job.metadata.commit_timestamp_nsecs = ckpt::detail::manager::now_nsecs();
         ckpt::detail::manager::write_step_metadata(staging, job.metadata);
@@ -416,7 +416,6 @@ class CheckpointManager {
       else
         detail::save_zarr_parts<format_type>(comm, root_ / name, job.snapshot, opts, before_commit, in_staging);
       job.stats.write_seconds = seconds();  // every rank: up to the commit
-      job.stats.bytes_written = job.stats.bytes;
     } catch (...) {
       std::lock_guard lock(mu_);
       pending_.reset();

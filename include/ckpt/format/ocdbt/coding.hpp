@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -239,30 +240,38 @@ inline std::vector<DataFile> read_data_file_table(Cursor& c, const std::string& 
   return out;
 }
 
-// Writes a table of paths (no transitive part). bases[i] is how much of paths[i] is
-// its base path: "" for a database's own "d/" + name (as TensorStore writes them),
-// "ocdbt.process_1/" for a file of a per-process database the root refers to (whose
-// own references are then relative to that directory). Empty bases: all "".
-inline void write_data_file_table(std::vector<std::byte>& out, const std::vector<std::string>& paths,
-                                  const std::vector<std::size_t>& bases = {}) {
-  put_varint(out, paths.size());
-  if (paths.empty()) return;
-  auto base = [&](std::size_t i) { return bases.empty() ? std::size_t{0} : bases[i]; };
-  std::vector<std::size_t> prefix(paths.size(), 0);
-  for (std::size_t i = 1; i < paths.size(); ++i) {
+// Writes a table of data files (no transitive part), each a path and how much of it
+// is its base path: 0 for a database's own "d/" + name (as TensorStore writes them),
+// the length of "ocdbt.process_1/" for a file of a per-process database the root
+// refers to (whose own references are then relative to that directory).
+inline void write_data_file_table(std::vector<std::byte>& out,
+                                  const std::vector<std::pair<std::string, std::size_t>>& files) {
+  put_varint(out, files.size());
+  if (files.empty()) return;
+  std::vector<std::size_t> prefix(files.size(), 0);
+  for (std::size_t i = 1; i < files.size(); ++i) {
+    const auto& [path, base] = files[i];
+    const auto& [prev, prev_base] = files[i - 1];
     std::size_t k = 0;
-    while (k < paths[i].size() && k < paths[i - 1].size() && paths[i][k] == paths[i - 1][k]) ++k;
+    while (k < path.size() && k < prev.size() && path[k] == prev[k]) ++k;
     // the spec: the common prefix may not extend past either base path unless the
     // two base paths are equal
-    const bool same_base = base(i) == base(i - 1) && paths[i].compare(0, base(i), paths[i - 1], 0, base(i - 1)) == 0;
-    if (!same_base) k = std::min({k, base(i), base(i - 1)});
+    const bool same_base = base == prev_base && path.compare(0, base, prev, 0, prev_base) == 0;
+    if (!same_base) k = std::min({k, base, prev_base});
     prefix[i] = k;
   }
-  for (std::size_t i = 1; i < paths.size(); ++i) put_varint(out, prefix[i]);
-  for (std::size_t i = 0; i < paths.size(); ++i) put_varint(out, paths[i].size() - prefix[i]);
-  for (std::size_t i = 0; i < paths.size(); ++i) put_varint(out, base(i));
-  for (std::size_t i = 0; i < paths.size(); ++i)
-    for (std::size_t k = prefix[i]; k < paths[i].size(); ++k) out.push_back(static_cast<std::byte>(paths[i][k]));
+  for (std::size_t i = 1; i < files.size(); ++i) put_varint(out, prefix[i]);
+  for (std::size_t i = 0; i < files.size(); ++i) put_varint(out, files[i].first.size() - prefix[i]);
+  for (std::size_t i = 0; i < files.size(); ++i) put_varint(out, files[i].second);
+  for (std::size_t i = 0; i < files.size(); ++i)
+    for (std::size_t k = prefix[i]; k < files[i].first.size(); ++k) out.push_back(static_cast<std::byte>(files[i].first[k]));
+}
+
+// The same for plain paths, each its own database's (base path "").
+inline void write_data_file_table(std::vector<std::byte>& out, const std::vector<std::string>& paths) {
+  std::vector<std::pair<std::string, std::size_t>> files;
+  for (const auto& p : paths) files.emplace_back(p, 0);
+  write_data_file_table(out, files);
 }
 
 }  // namespace ckpt::ocdbt

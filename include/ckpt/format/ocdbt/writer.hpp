@@ -245,15 +245,7 @@ class Writer {
         const std::pair<std::string, std::size_t> f{e.file.empty() ? data_name_ : e.file, e.base};
         return static_cast<std::size_t>(std::lower_bound(table.begin(), table.end(), f) - table.begin());
       };
-      {
-        std::vector<std::string> paths;
-        std::vector<std::size_t> bases;
-        for (const auto& [path, base] : table) {
-          paths.push_back(path);
-          bases.push_back(base);
-        }
-        write_data_file_table(b, paths, bases);
-      }
+      write_data_file_table(b, table);
       put_varint(b, j - i);
       std::vector<const std::string*> keys;
       for (std::size_t k = i; k < j; ++k) keys.push_back(&entries_[k].key);

@@ -32,6 +32,10 @@ struct WritePart {
   std::vector<std::vector<Region>> regions;  // per leaf: what this process writes of it
   // One process writes everything, chunks as meta_for cuts them.
   bool whole() const { return !planned; }
+  // What this process writes of leaf i's array (metadata m): all of it when whole.
+  std::vector<Region> regions_of(std::size_t i, const ArrayMeta& m) const {
+    return whole() ? std::vector<Region>{zarr::whole(m)} : regions.at(i);
+  }
 };
 
 // The shape of the array a leaf is (part of): its global shape when Sharded.
@@ -54,8 +58,7 @@ inline ArrayMeta part_meta(const WritePart& part, std::size_t i, const SnapshotL
 // Writes what this process writes of leaf i's array at dir.
 inline void write_leaf_part(const fs::path& dir, const ArrayMeta& m, const WritePart& part, std::size_t i,
                             const SnapshotLeaf& l, exec::ProgressTracker* progress) {
-  if (part.whole()) write_array(dir, m, l.data, progress);
-  else write_array_part(dir, m, l.data, part.regions.at(i), part.metadata, progress);
+  write_array_part(dir, m, l.data, part.regions_of(i, m), part.metadata, progress);
 }
 
 // The bytes this process writes of the snapshot's arrays (its progress total).
