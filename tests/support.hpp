@@ -172,15 +172,19 @@ inline std::uint64_t peak_rss_bytes() { return status_kib("VmHWM:") * 1024; }
 inline std::uint64_t rss_bytes() { return status_kib("VmRSS:") * 1024; }
 inline void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
-// Bytes this process has read through read(2)/pread(2) so far (rchar of /proc/self/io).
-inline std::uint64_t bytes_read() {
+// A counter of /proc/self/io (all of this process's threads).
+inline std::uint64_t proc_io(const std::string& field) {
   std::ifstream f("/proc/self/io");
   std::string key;
   std::uint64_t v = 0;
   while (f >> key >> v)
-    if (key == "rchar:") return v;
+    if (key == field) return v;
   return 0;
 }
+// Bytes this process has read through read(2)/pread(2) so far (rchar).
+inline std::uint64_t bytes_read() { return proc_io("rchar:"); }
+// Read system calls (read, pread, readv, preadv, ...) made so far (syscr).
+inline std::uint64_t read_calls() { return proc_io("syscr:"); }
 
 // Reads boxes of leaf p (each dimension: every origin and extent, or in a long one
 // those at its ends and middle) through

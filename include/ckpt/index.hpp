@@ -93,6 +93,14 @@ class IndexReader {
     (void)index, (void)reads;
     return false;
   }
+  // Reads several whole leaves stored in one piece each (no boxes, no per-chunk
+  // checksums; every dst.size() == entry->length), verifying each when asked. A reader
+  // that fetches neighbouring leaves with one call overrides it (the native format: one
+  // preadv for a run of adjacent small leaves in a data file, instead of one pread
+  // each); the default reads them one by one.
+  virtual void read_group(const Index& index, std::span<const LeafRead> reads) const {
+    for (const LeafRead& r : reads) read(index, *r.entry, r.dst, r.verify);
+  }
   // Reads the box at `origin` of `shape` of e (a whole stored array, not boxes) into dst
   // itself, fetching only the stored pieces that meet it (a chunked array: only its
   // chunks in the box), and returns true; false: Index::read_box reads by byte ranges.
@@ -145,6 +153,8 @@ class Index {
   const std::shared_ptr<const IndexReader>& reader() const noexcept { return reader_; }
   // All of them at once, when the reader reads in batches (IndexReader::read_batch); false otherwise.
   bool read_batch(std::span<const LeafRead> reads) const { return reader_->read_batch(*this, reads); }
+  // Several small whole leaves at once (IndexReader::read_group); errors name the leaf.
+  void read_group(std::span<const LeafRead> reads) const;
   // Whether read_pieces reads e a piece at a time (its format reads ranges and e is
   // stored in one piece, not as boxes); else it needs a buffer the leaf's size.
   bool reads_pieces(const IndexEntry& e) const { return reader_->reads_ranges() && e.boxes.empty(); }
@@ -295,6 +305,21 @@ CKPT_API void Index::read(const IndexEntry& e, std::span<std::byte> dst, bool ve
     throw Error(checkpoint_, e.path.str(), "out of memory reading the leaf");
   } catch (const std::exception& x) {  // one a reader did not foresee: still an Error naming the leaf
     throw CorruptCheckpointError(checkpoint_, e.path.str(), std::string("cannot read the leaf: ") + x.what());
+  }
+}
+
+CKPT_API void Index::read_group(std::span<const LeafRead> reads) const {
+  for (const LeafRead& r : reads)
+    if (r.dst.size() != r.entry->length || !r.entry->boxes.empty() || !r.entry->chunk_xxh3.empty())
+      throw Error(checkpoint_, r.entry->path.str(), "read_group reads whole leaves stored in one piece");
+  try {
+    reader_->read_group(*this, reads);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Error(checkpoint_, "", "out of memory reading a group of " + std::to_string(reads.size()) + " leaves");
+  } catch (const std::exception& x) {
+    throw CorruptCheckpointError(checkpoint_, "", std::string("cannot read a group of leaves: ") + x.what());
   }
 }
 

@@ -8,6 +8,7 @@
 #include <msgpack.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -83,15 +84,20 @@ inline std::string check_msgpack_counts(const unsigned char* p, std::size_t size
 }
 
 // Checks the counts first (above), then unpacks with limits sized by the input and
-// nesting bounded; `context` names the file in errors ("manifest").
+// nesting bounded; `context` names the file in errors ("manifest"). With
+// reference_input, strings and binaries of the object point into data instead of
+// being copied (a 20,000-leaf manifest: a quarter of the unpacking): the caller then
+// keeps data alive as long as the handle.
 inline msgpack::object_handle unpack_untrusted(const char* data, std::size_t size, const std::string& checkpoint,
-                                               const std::string& context = "") {
+                                               const std::string& context = "", bool reference_input = false) {
   const std::string pre = context.empty() ? std::string() : context + ": ";
   if (const std::string bad = check_msgpack_counts(reinterpret_cast<const unsigned char*>(data), size); !bad.empty())
     throw CorruptCheckpointError(checkpoint, "", pre + "malformed msgpack: " + bad);
   const std::size_t n = size;
   try {
-    return msgpack::unpack(data, size, nullptr, nullptr, msgpack::unpack_limit(n, n, n, n, n, 64));
+    const msgpack::unpack_reference_func reference = [](msgpack::type::object_type, std::size_t, void*) { return true; };
+    return msgpack::unpack(data, size, reference_input ? reference : nullptr, nullptr,
+                           msgpack::unpack_limit(n, n, n, n, n, 64));
   } catch (const std::exception& e) {
     throw CorruptCheckpointError(checkpoint, "", pre + "malformed msgpack: " + e.what());
   }
@@ -101,13 +107,18 @@ class Reader {
  public:
   // path: the tree path errors name (a leaf's, once known), so that they say which leaf.
   Reader(std::string checkpoint, std::string context, std::string path = "")
-      : checkpoint_(std::move(checkpoint)), context_(std::move(context)), path_(std::move(path)) {}
+      : names_(std::make_shared<const Names>(Names{std::move(checkpoint), std::move(context)})), path_(std::move(path)) {}
 
-  // The same reader, naming `path` in its errors.
-  Reader at_path(std::string path) const { return Reader(checkpoint_, context_, std::move(path)); }
+  // The same reader, naming `path` in its errors (made once per leaf of a 20,000-leaf
+  // manifest: it shares the checkpoint's name instead of copying it).
+  Reader at_path(std::string path) const {
+    Reader r(names_);
+    r.path_ = std::move(path);
+    return r;
+  }
 
   [[noreturn]] void fail(const std::string& what, const std::string& path = "") const {
-    throw CorruptCheckpointError(checkpoint_, path.empty() ? path_ : path, context_ + ": " + what);
+    throw CorruptCheckpointError(names_->checkpoint, path.empty() ? path_ : path, names_->context + ": " + what);
   }
 
   const msgpack::object* find(const msgpack::object& map, std::string_view key) const {
@@ -145,7 +156,12 @@ class Reader {
   }
 
  private:
-  std::string checkpoint_, context_, path_;
+  struct Names {
+    std::string checkpoint, context;
+  };
+  explicit Reader(std::shared_ptr<const Names> names) : names_(std::move(names)) {}
+  std::shared_ptr<const Names> names_;
+  std::string path_;
 };
 
 }  // namespace ckpt::detail::mp

@@ -249,11 +249,13 @@ inline void decode_boxes(const detail::mp::Reader& lr, const msgpack::object& bo
 }
 
 // Parses a manifest already checked against the commit marker; still validates every
-// field, since the marker only proves the manifest is the one the writer wrote.
+// field, since the marker only proves the manifest is the one the writer wrote. The
+// parsed objects (and the entries' inline bytes) point into `bytes`: the caller keeps
+// both `bytes` and `keep` alive as long as the entries.
 inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint,
                                                IndexInfo& info, msgpack::object_handle& keep) {
   keep = detail::mp::unpack_untrusted(reinterpret_cast<const char*>(bytes.data()), bytes.size(), checkpoint,
-                                      "manifest");
+                                      "manifest", true);
   const detail::mp::Reader r(checkpoint, "manifest");
   const msgpack::object& root = keep.get();
   info.format = r.str(r.at(root, "format"), "format");
@@ -281,9 +283,8 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
     std::vector<std::string> segs;
     for (const auto& s : r.array(r.at(l, "path"), "path")) segs.push_back(r.str(s, "path segment"));
     e.path = Path(std::move(segs));
-    const std::string where = e.path.str();
     // Every error after this point names the leaf, whatever field of it is wrong.
-    const detail::mp::Reader lr = r.at_path(where.empty() ? "<root>" : where);
+    const detail::mp::Reader lr = r.at_path(e.path.empty() ? std::string("<root>") : e.path.str());
     auto fail = [&](const std::string& what) -> void { lr.fail(what); };
     const std::string dt = lr.str(lr.at(l, "dtype"), "dtype");
     const auto d = dtype_from_name(dt);

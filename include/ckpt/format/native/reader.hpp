@@ -8,10 +8,16 @@
 
 #include <fcntl.h>
 
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <climits>  // IOV_MAX
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/io/checksum.hpp>
@@ -47,6 +53,47 @@ class Reader final : public IndexReader {
       if (verify) hash.update(part);
     }
     if (verify && hash.digest() != e.checksum) fail_checksum(index, e);
+  }
+
+  // Small leaves lie back to back in a data file (each at a 4 KiB boundary, in snapshot
+  // order): a run of neighbours is read with one preadv, the padding between them into
+  // a scratch page, then each leaf is verified on its own. 20,000 leaves of 4 KiB: ~160
+  // calls instead of 20,000, whose per-call cost (the page-cache lookup, the syscall)
+  // was as large as the copying.
+  void read_group(const Index& index, std::span<const LeafRead> reads) const override {
+    std::vector<const LeafRead*> order;
+    order.reserve(reads.size());
+    for (const LeafRead& r : reads) {
+      if (r.entry->file.empty()) read(index, *r.entry, r.dst, r.verify);
+      else order.push_back(&r);
+    }
+    std::sort(order.begin(), order.end(), [](const LeafRead* a, const LeafRead* b) {
+      return std::tie(a->entry->file, a->entry->offset) < std::tie(b->entry->file, b->entry->offset);
+    });
+    alignas(64) static thread_local std::byte padding[alignment];  // gaps are read here and dropped
+    std::vector<iovec> iov;
+    for (std::size_t i = 0; i < order.size();) {
+      const IndexEntry& first = *order[i]->entry;
+      std::uint64_t end = first.offset;
+      iov.clear();
+      std::size_t k = i;
+      // A run: the same file, each leaf starting at most one padding page after the last.
+      for (; k < order.size() && iov.size() + 2 <= IOV_MAX; ++k) {
+        const IndexEntry& e = *order[k]->entry;
+        if (e.file != first.file || e.offset < end || e.offset - end > alignment) break;
+        if (e.offset > end) iov.push_back({padding, static_cast<std::size_t>(e.offset - end)});
+        iov.push_back({order[k]->dst.data(), order[k]->dst.size()});
+        end = e.offset + e.length;
+      }
+      const auto& [f, name] = files_.at(first.file);
+      try {
+        io::preadv_exact(f, iov, first.offset, name);
+      } catch (const Error& err) {
+        throw CorruptCheckpointError(index.checkpoint(), first.path.str(), err.what());
+      }
+      for (; i < k; ++i)
+        if (order[i]->verify && io::xxh3(order[i]->dst) != order[i]->entry->checksum) fail_checksum(index, *order[i]->entry);
+    }
   }
 
   bool reads_ranges() const override { return true; }
