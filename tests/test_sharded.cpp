@@ -401,9 +401,12 @@ TEST_CASE("mpi np4: replicas are written once; large replicated leaves are sprea
   struct State {
     ckpt::Sharded<std::vector<float>> w;  // 2 shards, each held by 2 ranks (data-parallel replicas)
     xt::xtensor<double, 2> embed;         // replicated, 4 MiB: split by rows over the 4 ranks
+    xt::xtensor<float, 2> one_row;        // replicated, one row of 1.14 MiB: written whole by one rank
   };
   const std::size_t n = (1 << 18) + 1024;  // floats per shard: 1 MiB + 4 KiB, two checksum pieces
   State s;
+  s.one_row = xt::zeros<float>({std::size_t{1}, std::size_t{292 * 1024}});
+  for (std::size_t i = 0; i < s.one_row.size(); ++i) s.one_row.data()[i] = static_cast<float>(i) * 0.25f;
   const std::size_t shard = static_cast<std::size_t>(world.rank() % 2);
   s.w = {{2 * n}, {shard * n}, std::vector<float>(n)};
   for (std::size_t i = 0; i < n; ++i) s.w.local[i] = static_cast<float>(shard * n + i);
@@ -429,8 +432,9 @@ TEST_CASE("mpi np4: replicas are written once; large replicated leaves are sprea
       CHECK(fs::exists(f));  // every rank wrote a part
       on_disk += fs::exists(f) ? fs::file_size(f) : 0;
     }
-    CHECK(on_disk == 2 * n * sizeof(float) + s.embed.size() * sizeof(double));  // each byte once
+    CHECK(on_disk == 2 * n * sizeof(float) + s.embed.size() * sizeof(double) + s.one_row.size() * sizeof(float));  // each byte once
     const auto whole = ckpt::restore_tree(dir / "c");
+    CHECK(whole.leaf("one_row").as<xt::xtensor<float, 2>>() == s.one_row);
     const auto w = whole.leaf("w").as<std::vector<float>>();
     CHECK(w.size() == 2 * n);
     CHECK(w[n + 5] == static_cast<float>(n + 5));
@@ -441,6 +445,7 @@ TEST_CASE("mpi np4: replicas are written once; large replicated leaves are sprea
   t.w = {{2 * n}, {(3 - shard) % 2 * n}, std::vector<float>(n)};
   ckpt::mpi::restore_into(world, dir / "c", t, {.load_and_broadcast = true});
   CHECK(t.embed == s.embed);
+  CHECK(t.one_row == s.one_row);
   CHECK(t.w.local[7] == static_cast<float>((1 - shard) * n + 7));
 }
 

@@ -188,10 +188,12 @@ inline std::vector<std::uint64_t> write_jobs(const fs::path& staging, int rank, 
   ckpt::detail::native::write_data_file(staging / rank_file(rank), mine, entries, order, &progress);
   for (std::size_t k = 0; k < jobs.size(); ++k) {
     out.push_back(entries[k].checksum);
-    // a box's piece checksums are the writer's chunk checksums (1 MiB each): not hashed twice
-    const auto pieces = jobs[k].box < 0 ? std::vector<std::uint64_t>{}
-                        : !entries[k].chunk_xxh3.empty() ? entries[k].chunk_xxh3
-                                                         : ckpt::detail::native::piece_checksums(mine.leaves[k].data.view);
+    // a box's piece checksums are the writer's chunk checksums (1 MiB each): not hashed
+    // twice. A whole leaf's are its chunk checksums, which its checksum is the hash of
+    // (format version 2) when it is longer than one chunk: the manifest needs them.
+    const auto pieces = jobs[k].box < 0 || !entries[k].chunk_xxh3.empty()
+                            ? entries[k].chunk_xxh3
+                            : ckpt::detail::native::piece_checksums(mine.leaves[k].data.view);
     out.push_back(pieces.size());
     out.insert(out.end(), pieces.begin(), pieces.end());
   }
@@ -263,7 +265,12 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
         IndexEntry& e = plan.entries[j.entry];
         if (j.box < 0) {
           e.checksum = v[at++];
-          at += static_cast<std::size_t>(v[at]) + 1;
+          const auto n = static_cast<std::size_t>(v[at++]);
+          if (n > 0) {  // chunk checksums (format version 2)
+            e.chunk_bytes = native_format::checksum_chunk_bytes;
+            e.chunk_xxh3.assign(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + n));
+          }
+          at += n;
         } else {
           IndexBox& b = e.boxes[static_cast<std::size_t>(j.box)];
           b.bytes.checksum = v[at++];
