@@ -8,6 +8,8 @@
 
 #include <tuple>
 
+#include <xtensor/xview.hpp>
+
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -126,6 +128,44 @@ TEST_CASE("incremental: unchanged leaves are hard-linked, changed ones written, 
   CHECK(same(ckpt::restore<Model>(s1), m1));
   CHECK(same(ckpt::restore<Model>(s2), m2));
   CHECK_NOTHROW(ckpt::restore_tree(s2));
+}
+
+TEST_CASE("incremental: a Sharded leaf keeps its box (global shape and offset) and is linked like any leaf") {
+  test::TempDir tmp;
+  struct Part {
+    std::int64_t step = 0;
+    ckpt::Sharded<xt::xtensor<float, 2>> w;  // rows 100..399 of a 1000 x 1024 array: 1.17 MiB
+  };
+  auto make = [](std::int64_t step) {
+    Part p;
+    p.step = step;
+    p.w = {{1000, 1024}, {100, 0}, xt::zeros<float>({std::size_t{300}, std::size_t{1024}})};
+    for (std::size_t i = 0; i < p.w.local.size(); ++i) p.w.local.data()[i] = static_cast<float>(i % 4099);
+    return p;
+  };
+  ckpt::CheckpointManager<Part> mgr(tmp / "run", {.incremental = true});
+  REQUIRE(mgr.save(1, make(1)));
+  REQUIRE(mgr.save(2, make(2)));
+  for (std::int64_t step : {1, 2}) {
+    const fs::path dir = mgr.step_directory(step);
+    CHECK(ckpt::metadata(dir).leaf("w").shape() == ckpt::Shape{1000, 1024});  // the global shape, not the box's
+    Part back;
+    back.w = {{1000, 1024}, {150, 512}, xt::zeros<float>({std::size_t{10}, std::size_t{256}})};  // inside the box
+    ckpt::restore_into(dir, back);
+    CHECK(back.step == step);
+    CHECK(back.w.local == xt::view(make(step).w.local, xt::range(50, 60), xt::range(512, 768)));
+  }
+  // The box is linked from step 1 into step 2.
+  const auto box_file = [&](std::int64_t step) {
+    const fs::path dir = mgr.step_directory(step);
+    const auto index = ckpt::native::open(dir);
+    const ckpt::IndexEntry* e = index->find(ckpt::Path({"w"}));
+    REQUIRE(e);
+    REQUIRE(e->boxes.size() == 1);
+    CHECK(e->boxes[0].origin == ckpt::Shape{100, 0});
+    return dir / e->boxes[0].bytes.file;
+  };
+  CHECK(same_inode(box_file(1), box_file(2)));
 }
 
 TEST_CASE("incremental: deleting older steps never breaks a newer one; a step copies as a whole checkpoint") {

@@ -274,6 +274,7 @@ TEST_CASE("a box of a t5x or Orbax array (OCDBT or not) reads only the zarr chun
 #include <ckpt/mpi.hpp>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <csignal>
 #include <optional>
@@ -763,8 +764,82 @@ TEST_CASE("mpi np2: the manager across ranks ranks steps by a TensorBoard metric
     const auto j = nlohmann::json::parse(bytes.begin(), bytes.end());
     CHECK(j.at("save_stats").at("bytes").get<std::uint64_t>() == seen.back().bytes);
   });
-  CHECK_THROWS_CKPT((ckpt::mpi::CheckpointManager<ShardedState>(world, dir / "inc", {.incremental = true})), ckpt::Error,
-                    "incremental is not built across ranks yet");
+  CHECK_THROWS_CKPT((ckpt::mpi::CheckpointManager<ShardedState>(world, dir / "ds", {.keep_dataset_checkpoints = 1})),
+                    ckpt::Error, "keep_dataset_checkpoints is not built across ranks yet");
+}
+
+TEST_CASE("mpi np2: incremental saves across ranks: each rank links the pieces that did not change") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  struct Big {
+    std::int64_t step = 0;
+    ckpt::Sharded<std::vector<float>> w;  // one box per rank, 1 MiB + 4 KiB each
+    xt::xtensor<float, 2> frozen;         // replicated 600 x 1024: split by rows, 1.17 MiB a rank
+  };
+  const std::size_t n = (1 << 18) + 1024;
+  const auto r = static_cast<std::size_t>(world.rank());
+  auto make = [&](std::int64_t step, float scale) {
+    Big b;
+    b.step = step;
+    b.w = {{2 * n}, {r * n}, std::vector<float>(n)};
+    for (std::size_t i = 0; i < n; ++i) b.w.local[i] = static_cast<float>(r * n + i) * scale;
+    b.frozen = xt::zeros<float>({std::size_t{600}, std::size_t{1024}});
+    for (std::size_t i = 0; i < b.frozen.size(); ++i) b.frozen.data()[i] = static_cast<float>(i % 1000);
+    return b;
+  };
+  const std::uint64_t box_bytes = n * sizeof(float), half_frozen = 300 * 1024 * sizeof(float);
+  std::vector<ckpt::SaveStats> seen;
+  {
+    ckpt::mpi::CheckpointManager<Big, ckpt::async_save> mgr(
+        world, dir / "run",
+        {.max_to_keep = 2, .incremental = true, .on_save = [&](const ckpt::SaveStats& st) { seen.push_back(st); }});
+    mgr.save(0, make(0, 1.0f));
+    mgr.save(1, make(1, 1.0f));                           // only the (inline) step changed
+    mgr.save(2, make(2, world.rank() == 1 ? 2.0f : 1.0f));  // and now rank 1's box
+    mgr.wait_until_finished();
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{1, 2});
+  }
+  REQUIRE(seen.size() == 3);
+  // Each rank wrote its box and half of `frozen` (one piece each, in files of their own).
+  CHECK(seen[0].incremental);
+  CHECK(seen[0].bytes_linked == 0);
+  CHECK(seen[0].bytes_written == box_bytes + half_frozen);
+  CHECK(seen[1].bytes_linked == box_bytes + half_frozen);
+  CHECK(seen[1].bytes_written == 0);
+  CHECK(seen[1].leaves_linked == 2);
+  CHECK(seen[2].bytes_linked == (world.rank() == 1 ? half_frozen : box_bytes + half_frozen));
+  CHECK(seen[2].bytes_written == (world.rank() == 1 ? box_bytes : 0));
+
+  // Step 0 is gone (retention): steps 1 and 2 still restore, on this layout and whole.
+  ckpt::mpi::CheckpointManager<Big> ro(world, dir / "run", {.read_only = true});
+  const Big one = ro.restore(1), two = ro.restore(2);
+  CHECK(one.step == 1);
+  CHECK(one.w.local == make(1, 1.0f).w.local);
+  CHECK(two.w.local == make(2, world.rank() == 1 ? 2.0f : 1.0f).w.local);
+  CHECK(two.frozen == make(2, 1.0f).frozen);
+  on_rank0(world, [&] {
+    const auto whole = ckpt::restore_tree(dir / "run/2");  // every checksum verified, no manager around
+    const auto w = whole.leaf("w").as<std::vector<float>>();
+    CHECK(w[5] == 5.0f);
+    CHECK(w[n + 5] == static_cast<float>(n + 5) * 2.0f);
+    // On disk, the two steps hold one state and the one box that changed: every other
+    // data file of step 2 is a second name of step 1's.
+    std::map<std::pair<std::uintmax_t, std::uintmax_t>, std::uintmax_t> inodes;  // (dev, ino) -> size
+    std::size_t files = 0;
+    for (const char* step : {"run/1", "run/2"})
+      for (const auto& e : fs::directory_iterator(dir / step)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind("data-", 0) != 0) continue;
+        struct stat st {};
+        REQUIRE(::stat(e.path().c_str(), &st) == 0);
+        inodes[{st.st_dev, st.st_ino}] = static_cast<std::uintmax_t>(st.st_size);
+        ++files;
+      }
+    CHECK(files == 8);  // 2 boxes + 2 halves of frozen, in each step
+    std::uintmax_t distinct = 0;
+    for (const auto& [id, size] : inodes) distinct += size;
+    CHECK(distinct == 3 * box_bytes + 2 * half_frozen);
+  });
 }
 
 TEST_CASE("mpi np2: items across ranks: each rank's own, a shared one written once, any rank reads any") {

@@ -74,7 +74,14 @@ struct BaseLeaf {
   std::vector<std::uint64_t> chunks;  // format version 2: per-chunk xxh3
 };
 
-// Leaves of the previous step that sit alone in a data file at offset 0, by path.
+// What names a stored piece from one step to the next: its leaf's path, and for a box
+// of a Sharded leaf (or of a leaf several ranks wrote) the box's origin too.
+inline std::string piece_key(const Path& path, const Shape* origin = nullptr) {
+  return origin ? path.str() + "@" + shape_str(*origin) : path.str();
+}
+
+// Pieces of the previous step (whole leaves, or boxes) that sit alone in a data file at
+// offset 0, by piece_key.
 inline std::map<std::string, BaseLeaf> linkable_leaves(const fs::path& base) {
   std::map<std::string, BaseLeaf> out;
   if (base.empty()) return out;
@@ -85,12 +92,40 @@ inline std::map<std::string, BaseLeaf> linkable_leaves(const fs::path& base) {
     return out;  // no usable previous step: everything is written
   }
   std::map<std::string, int> per_file;
-  for (const auto& e : index->entries())
+  for (const auto& e : index->entries()) {
     if (!e.file.empty()) ++per_file[e.file];
-  for (const auto& e : index->entries())
+    for (const auto& b : e.boxes)
+      if (!b.bytes.file.empty()) ++per_file[b.bytes.file];
+  }
+  auto add = [&](const IndexEntry& e, std::string key) {
     if (!e.file.empty() && e.offset == 0 && per_file[e.file] == 1 && e.codec == "raw")
-      out.emplace(e.path.str(), BaseLeaf{e.file, e.type, e.shape, e.length, e.checksum, e.chunk_bytes, e.chunk_xxh3});
+      out.emplace(std::move(key), BaseLeaf{e.file, e.type, e.shape, e.length, e.checksum, e.chunk_bytes, e.chunk_xxh3});
+  };
+  for (const auto& e : index->entries()) {
+    if (e.boxes.empty()) add(e, piece_key(e.path));
+    for (const auto& b : e.boxes) add(b.bytes, piece_key(e.path, &b.origin));
+  }
   return out;
+}
+
+// "Unchanged" is known by the chunk checksums the manifest records anyway: bytes are
+// hashed chunk by chunk (checksum_chunk_bytes) into `chunks` against the previous
+// step's piece, stopping at the first difference (a changed piece then costs one extra
+// chunk hash, no more). True when b is the same piece and every chunk matched; the
+// caller hashes the rest, if any, while it writes.
+inline bool same_as_base(std::span<const std::byte> bytes, dtype type, const Shape& shape, const BaseLeaf& b,
+                         std::vector<std::uint64_t>& chunks) {
+  constexpr std::uint64_t chunk = native_format::checksum_chunk_bytes;
+  const std::size_t nchunks = static_cast<std::size_t>((bytes.size() + chunk - 1) / chunk);
+  if (b.type != type || b.shape != shape || b.length != bytes.size() ||
+      !(nchunks > 1 ? b.chunk_bytes == chunk && b.chunks.size() == nchunks : b.chunks.empty()))
+    return false;
+  for (std::size_t c = 0; c < nchunks; ++c) {
+    const std::size_t at = static_cast<std::size_t>(c * chunk);
+    chunks.push_back(io::xxh3(bytes.subspan(at, std::min<std::size_t>(chunk, bytes.size() - at))));
+    if (chunks.back() != (nchunks > 1 ? b.chunks[c] : b.checksum)) return false;
+  }
+  return true;
 }
 
 // Writes one leaf alone into `file` (no padding). chunks holds the checksums of its
@@ -182,24 +217,14 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
         IndexEntry& e = entries[i];
         const auto bytes = snap.leaves[i].data.view;
         const fs::path target = dir / e.file;
-        // "Unchanged" is known by the chunk checksums the manifest records anyway: the
-        // leaf is hashed chunk by chunk against the previous step's, stopping at the
-        // first difference (a changed leaf then costs one extra chunk hash, no more).
         constexpr std::uint64_t chunk = checksum_chunk_bytes;
         const std::size_t nchunks = static_cast<std::size_t>((e.length + chunk - 1) / chunk);
         std::vector<std::uint64_t> chunks;
         chunks.reserve(nchunks);
-        if (const auto it = previous.find(e.path.str()); it != previous.end()) {
+        const auto& box = snap.leaves[i].box;
+        if (const auto it = previous.find(piece_key(e.path, box ? &box->origin : nullptr)); it != previous.end()) {
           const BaseLeaf& b = it->second;
-          const bool comparable = b.type == e.type && b.shape == e.shape && b.length == e.length &&
-                                  (nchunks > 1 ? b.chunk_bytes == chunk && b.chunks.size() == nchunks : b.chunks.empty());
-          bool same = comparable;
-          for (std::size_t c = 0; same && c < nchunks; ++c) {
-            const std::size_t at = static_cast<std::size_t>(c * chunk);
-            chunks.push_back(io::xxh3(bytes.subspan(at, std::min<std::size_t>(chunk, bytes.size() - at))));
-            same = nchunks > 1 ? chunks.back() == b.chunks[c] : chunks.back() == b.checksum;
-          }
-          if (same && ::link((base / b.file).c_str(), target.c_str()) == 0) {
+          if (same_as_base(bytes, e.type, e.shape, b, chunks) && ::link((base / b.file).c_str(), target.c_str()) == 0) {
             e.checksum = b.checksum;
             if (nchunks > 1) {
               e.chunk_bytes = chunk;
@@ -268,6 +293,7 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
   }
   for (std::size_t i : shared) result.bytes_written += entries[i].length;
 
+  detail::native::box_sharded_entries(dir.string(), snap, entries);  // Sharded leaves, as native_format::write
   IndexInfo info;
   info.type_name = snap.type_name;
   info.schema = snap.schema;

@@ -18,8 +18,10 @@
 // that format, written by the ranks as ckpt::mpi::save<Format> does; restore those with
 // restore_into (they do not record which rank held which box). best_metric_from_tensorboard:
 // rank 0 reads the event files and every rank ranks by its values. on_save: on every
-// rank, with that rank's figures (rank 0's go into _CHECKPOINT_METADATA). Not across
-// ranks yet, refused at construction: incremental, keep_dataset_checkpoints.
+// rank, with that rank's figures (rank 0's go into _CHECKPOINT_METADATA). incremental
+// (native steps): each rank links the pieces it writes that the latest step holds
+// unchanged (mpi/save.hpp). Not across ranks yet, refused at construction:
+// keep_dataset_checkpoints.
 //
 // Items (SaveArgs::items): each rank passes its own, and each rank writes the ones only
 // it has into the step's items/, before the commit; an item several ranks pass (a
@@ -75,7 +77,6 @@ class CheckpointManager {
         throw Error(name, "", std::string("ManagerOptions: ") + what +
                                   " is not built across ranks yet (ckpt::CheckpointManager, one process, has it)");
       };
-      if (options_.incremental) not_yet("incremental");
       if (options_.keep_dataset_checkpoints) not_yet("keep_dataset_checkpoints");
       if constexpr (executor_policy_type::copies_state) {
         int provided = 0;
@@ -146,7 +147,7 @@ class CheckpointManager {
     assign_items(*job, std::move(args.items));
     job->stats.step = step;
     job->stats.bytes = job->snapshot.total_bytes();
-    job->stats.bytes_written = job->stats.bytes;  // nothing is linked across ranks
+    job->stats.bytes_written = job->stats.bytes;  // an incremental save sets its own
     job->stats.blocking_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count();
     {
       std::lock_guard lock(mu_);
@@ -411,9 +412,29 @@ class CheckpointManager {
       auto in_staging = [&](const std::filesystem::path& staging) {  // every rank, its own items
         ckpt::detail::manager::write_items<format_type>(staging, job.items, opts);
       };
-      if constexpr (std::is_same_v<format_type, native>)
-        detail::save_snapshot(comm, root_ / name, job.snapshot, opts, before_commit, in_staging);
-      else
+      if constexpr (std::is_same_v<format_type, native>) {
+        std::optional<detail::IncrementalSave> incremental;
+        if (options_.incremental) {
+          incremental.emplace();
+          std::lock_guard lock(mu_);  // the latest committed step, the same on every rank
+          if (!steps_.empty()) incremental->base = root_ / steps_.rbegin()->second.name;
+        }
+        auto take_figures = [&] {  // this rank's share: what it wrote and what it linked
+          if (!incremental) return;
+          job.stats.incremental = true;
+          job.stats.bytes_written = incremental->written.bytes_written;
+          job.stats.bytes_linked = incremental->written.bytes_linked;
+          job.stats.leaves_linked = incremental->written.pieces_linked;
+        };
+        detail::save_snapshot(
+            comm, root_ / name, job.snapshot, opts,
+            [&](const std::filesystem::path& staging) {  // rank 0, its figures known by now
+              take_figures();
+              before_commit(staging);
+            },
+            in_staging, incremental ? &*incremental : nullptr);
+        take_figures();  // every rank
+      } else
         detail::save_zarr_parts<format_type>(comm, root_ / name, job.snapshot, opts, before_commit, in_staging);
       job.stats.write_seconds = seconds();  // every rank: up to the commit
     } catch (...) {

@@ -14,6 +14,14 @@
 // and the commit marker and renames the directory into place. If any rank fails, no
 // rank sees a checkpoint and every rank throws a ckpt::Error naming the failed rank.
 //
+// Incremental saves (a manager's ManagerOptions::incremental): each piece a rank writes
+// that is longer than one checksum chunk goes to a data file of its own,
+// data-<P + k> at offset 0 (k numbering such pieces in plan order, the same on every
+// rank; at most incremental::max_own_files, the rest go to the ranks' files). A rank
+// whose piece the previous step holds alone in a file, with the same chunk checksums,
+// hard-links that file instead of writing it (manager/incremental.hpp: deleting either
+// step never breaks the other; each is a whole checkpoint).
+//
 // save<ckpt::t5x> and save<ckpt::orbax> (OCDBT or not) write zarr arrays of the global
 // shapes instead: each rank the chunks of its boxes (mpi/zarr_plan.hpp; with OCDBT into
 // its own database, which rank 0 then merges into the root one), rank 0 the metadata
@@ -37,6 +45,7 @@
 #include <ckpt/format/native/writer.hpp>
 #include <ckpt/io/staging_dir.hpp>
 #include <ckpt/format/zarr/write_part.hpp>
+#include <ckpt/manager/incremental.hpp>
 #include <ckpt/mpi/comm.hpp>
 #include <ckpt/mpi/describe.hpp>
 #include <ckpt/mpi/zarr_plan.hpp>
@@ -54,6 +63,10 @@ struct Job {
   std::uint64_t src = 0, length = 0, offset = 0;
   std::size_t entry = 0;
   int box = -1;
+  std::string file{};  // data-<rank>, or a file of its own (incremental saves)
+  // Into the plan's entries, once made: the piece's shape, and its box's origin (box >= 0).
+  const Shape* shape = nullptr;
+  const Shape* origin = nullptr;
 };
 
 struct Plan {
@@ -67,21 +80,34 @@ inline std::string rank_file(int rank) { return native_format::data_file_name(st
 inline constexpr std::uint64_t spread_threshold = std::uint64_t{1} << 20;
 
 // The same plan on every rank, from every rank's description; throws on a description
-// that no checkpoint can be made of (the same error on every rank).
+// that no checkpoint can be made of (the same error on every rank). own_files: the
+// layout of incremental saves (above).
 inline Plan make_plan(const std::string& dir, const std::vector<std::vector<LeafDesc>>& all,
-                      std::size_t inline_threshold) {
+                      std::size_t inline_threshold, bool own_files = false) {
   check_same_tree(dir, all);
   const int P = static_cast<int>(all.size());
   const auto& first = all[0];
   Plan plan;
   plan.jobs.resize(static_cast<std::size_t>(P));
-  std::vector<std::uint64_t> load(static_cast<std::size_t>(P), 0);
-  auto assign = [&](int r, Job j) {
-    auto& l = load[static_cast<std::size_t>(r)];
-    j.offset = l;
-    l += (j.length + native_format::alignment - 1) / native_format::alignment * native_format::alignment;
-    plan.jobs[static_cast<std::size_t>(r)].push_back(j);
-    return j.offset;
+  std::vector<std::uint64_t> load(static_cast<std::size_t>(P), 0), file_end(load);
+  std::size_t own = 0;
+  // Rank r writes j; `at` (the leaf or the box) records where.
+  auto assign = [&](int r, Job j, IndexEntry& at) {
+    const auto rr = static_cast<std::size_t>(r);
+    const std::uint64_t aligned =
+        (j.length + native_format::alignment - 1) / native_format::alignment * native_format::alignment;
+    load[rr] += aligned;
+    if (own_files && j.length > native_format::checksum_chunk_bytes && own < ckpt::detail::incremental::max_own_files) {
+      j.file = native_format::data_file_name(static_cast<std::size_t>(P) + own++);
+      j.offset = 0;
+    } else {
+      j.file = rank_file(r);
+      j.offset = file_end[rr];
+      file_end[rr] += aligned;
+    }
+    at.file = j.file;
+    at.offset = j.offset;
+    plan.jobs[rr].push_back(std::move(j));
   };
   auto least_loaded = [&](const std::vector<std::uint32_t>& among) {
     std::uint32_t best = among.front();
@@ -122,15 +148,17 @@ inline Plan make_plan(const std::string& dir, const std::vector<std::vector<Leaf
           b.bytes.shape[0] = static_cast<std::int64_t>(n);
           b.bytes.length = n * row_bytes;
           b.ranks = everyone;
-          const int w = least_loaded(everyone);
-          b.bytes.file = rank_file(w);
-          b.bytes.offset = assign(w, {i, begin * row_bytes, n * row_bytes, 0, entry, static_cast<int>(e.boxes.size())});
           e.boxes.push_back(std::move(b));
         }
+        for (std::size_t k = 0; k < e.boxes.size(); ++k) {
+          IndexBox& b = e.boxes[k];
+          assign(least_loaded(everyone),
+                 {.leaf = i, .src = static_cast<std::uint64_t>(b.origin[0]) * row_bytes, .length = b.bytes.length, .entry = entry,
+                  .box = static_cast<int>(k)},
+                 b.bytes);
+        }
       } else {
-        const int w = least_loaded(everyone);
-        e.file = rank_file(w);
-        e.offset = assign(w, {i, 0, d0.length, 0, entry, -1});
+        assign(least_loaded(everyone), {.leaf = i, .length = d0.length, .entry = entry}, e);
       }
     } else {
       e.shape = d0.global;
@@ -153,23 +181,38 @@ inline Plan make_plan(const std::string& dir, const std::vector<std::vector<Leaf
       }
       for (std::size_t k = 0; k < e.boxes.size(); ++k) {  // each box by the least loaded rank holding it
         IndexBox& b = e.boxes[k];
-        const int w = least_loaded(b.ranks);
-        b.bytes.file = rank_file(w);
-        b.bytes.offset = assign(w, {i, 0, b.bytes.length, 0, entry, static_cast<int>(k)});
+        assign(least_loaded(b.ranks), {.leaf = i, .length = b.bytes.length, .entry = entry, .box = static_cast<int>(k)}, b.bytes);
       }
     }
     plan.entries.push_back(std::move(e));
   }
+  // Shapes and origins, now that the entries stay where they are.
+  for (auto& jobs : plan.jobs)
+    for (Job& j : jobs) {
+      IndexEntry& e = plan.entries[j.entry];
+      j.shape = j.box < 0 ? &e.shape : &e.boxes[static_cast<std::size_t>(j.box)].bytes.shape;
+      j.origin = j.box < 0 ? nullptr : &e.boxes[static_cast<std::size_t>(j.box)].origin;
+    }
   return plan;
 }
 
-// Writes this rank's jobs into its data file; returns, per job, its checksum then its
-// piece checksums (count first). progress (SaveOptions::progress) hears of this rank's
-// share: its bytes and its jobs (a leaf, a box, or a part of a replicated leaf).
-inline std::vector<std::uint64_t> write_jobs(const fs::path& staging, int rank, const Snapshot& snap,
-                                             const std::vector<Job>& jobs, const ProgressFn& progress_fn,
-                                             const std::string& name) {
-  std::vector<std::uint64_t> out;
+// What a rank wrote: per job, its checksum then its piece checksums (count first);
+// and what it linked from the previous step instead (incremental saves).
+struct Written {
+  std::vector<std::uint64_t> sums;
+  std::uint64_t bytes_written = 0, bytes_linked = 0;
+  std::size_t pieces_linked = 0;
+};
+
+// Writes this rank's jobs: those of data-<rank> into it, those with files of their own
+// (incremental saves) into those, or hard-linked from `base` (the previous step's
+// directory) where it holds the same piece (incremental::linkable_leaves). progress
+// (SaveOptions::progress) hears of this rank's share: its bytes and its jobs (a leaf,
+// a box, or a part of a replicated leaf).
+inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& snap, const std::vector<Job>& jobs,
+                          const ProgressFn& progress_fn, const std::string& name, const fs::path& base = {}) {
+  namespace inc = ckpt::detail::incremental;
+  Written out;
   std::uint64_t bytes = 0;
   for (const Job& j : jobs) bytes += j.length;
   exec::ProgressTracker progress(progress_fn, bytes, jobs.size(), name);
@@ -178,25 +221,52 @@ inline std::vector<std::uint64_t> write_jobs(const fs::path& staging, int rank, 
     return out;
   }
   Snapshot mine;
-  std::vector<std::size_t> order;
-  for (const Job& j : jobs) {
+  std::vector<std::size_t> in_rank_file;
+  for (std::size_t k = 0; k < jobs.size(); ++k) {
+    const Job& j = jobs[k];
     const auto& l = snap.leaves[j.leaf];
     mine.leaves.push_back({l.path, LeafBytes::borrow(l.data.type, {}, l.data.view.data() + j.src, j.length)});
-    order.push_back(order.size());
+    if (j.file == rank_file(rank)) in_rank_file.push_back(k);
   }
   std::vector<IndexEntry> entries(jobs.size());
-  ckpt::detail::native::write_data_file(staging / rank_file(rank), mine, entries, order, &progress);
+  if (!in_rank_file.empty())
+    ckpt::detail::native::write_data_file(staging / rank_file(rank), mine, entries, in_rank_file, &progress);
+  // Pieces in files of their own: linked when unchanged, else written; fsynced together.
+  const auto previous = in_rank_file.size() == jobs.size() ? std::map<std::string, inc::BaseLeaf>{}
+                                                           : inc::linkable_leaves(base);
+  std::vector<std::pair<io::File, fs::path>> unsynced;
   for (std::size_t k = 0; k < jobs.size(); ++k) {
-    out.push_back(entries[k].checksum);
+    const Job& j = jobs[k];
+    if (j.file == rank_file(rank)) continue;
+    const auto bytes_k = mine.leaves[k].data.view;
+    std::vector<std::uint64_t> chunks;
+    const fs::path target = staging / j.file;
+    const auto it = previous.find(inc::piece_key(snap.leaves[j.leaf].path, j.origin));
+    if (it != previous.end() && inc::same_as_base(bytes_k, snap.leaves[j.leaf].data.type, *j.shape, it->second, chunks) &&
+        ::link((base / it->second.file).c_str(), target.c_str()) == 0) {
+      out.bytes_linked += j.length;
+      ++out.pieces_linked;
+      progress.add(j.length, 1);
+    } else {
+      unsynced.emplace_back(inc::write_own_file(target, bytes_k, chunks, progress), target);
+      progress.add(0, 1);
+    }
+    entries[k].checksum = native_format::chunk_list_xxh3(chunks);  // longer than one chunk
+    entries[k].chunk_xxh3 = std::move(chunks);
+  }
+  for (auto& [f, path] : unsynced) f.sync(path);
+  for (std::size_t k = 0; k < jobs.size(); ++k) {
+    out.sums.push_back(entries[k].checksum);
     // a box's piece checksums are the writer's chunk checksums (1 MiB each): not hashed
     // twice. A whole leaf's are its chunk checksums, which its checksum is the hash of
     // (format version 2) when it is longer than one chunk: the manifest needs them.
     const auto pieces = jobs[k].box < 0 || !entries[k].chunk_xxh3.empty()
                             ? entries[k].chunk_xxh3
                             : ckpt::detail::native::piece_checksums(mine.leaves[k].data.view);
-    out.push_back(pieces.size());
-    out.insert(out.end(), pieces.begin(), pieces.end());
+    out.sums.push_back(pieces.size());
+    out.sums.insert(out.sums.end(), pieces.begin(), pieces.end());
   }
+  out.bytes_written = bytes - out.bytes_linked;
   progress.finish();
   return out;
 }
@@ -232,27 +302,38 @@ inline fs::path make_staging(const Comm& comm, const fs::path& dir, const SaveOp
   return comm.broadcast(path, 0);
 }
 
+// An incremental save (the layout and links above): the previous step's directory (the
+// same on every rank; empty: none), and this rank's figures once it has written.
+struct IncrementalSave {
+  fs::path base;
+  Written written;
+};
+
 // The collective save of a snapshot every rank has taken (see the top of this file).
 // in_staging runs on every rank once its data file is durable, in the staging directory
 // (each rank's failure there fails the save on every rank, as a data file's would);
 // before_commit runs on rank 0 only, after the manifest, before the commit.
 inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot& snap, const SaveOptions& opts,
-                          const BeforeCommit& before_commit = nullptr, const BeforeCommit& in_staging = nullptr) {
+                          const BeforeCommit& before_commit = nullptr, const BeforeCommit& in_staging = nullptr,
+                          IncrementalSave* incremental = nullptr) {
   const std::string name = dir.string();
   // 1. Check this rank's boxes, describe its leaves, learn everyone's.
-  Plan plan = make_plan(name, describe_all(comm, name, snap), opts.inline_threshold);  // the same everywhere
+  Plan plan = make_plan(name, describe_all(comm, name, snap), opts.inline_threshold,
+                        incremental != nullptr);  // the same everywhere
 
   // 2. Rank 0 makes the staging directory; everyone learns where.
   std::optional<io::StagingDir> staging;
   const fs::path tmp = make_staging(comm, dir, opts, staging);
 
-  // 3. Every rank writes and fsyncs its file; all agree it went well.
-  std::vector<std::uint64_t> sums;
+  // 3. Every rank writes and fsyncs its files; all agree it went well.
+  Written written;
   comm.run(name, [&] {
-    sums = write_jobs(tmp, comm.rank(), snap, plan.jobs[static_cast<std::size_t>(comm.rank())], opts.progress, name);
+    written = write_jobs(tmp, comm.rank(), snap, plan.jobs[static_cast<std::size_t>(comm.rank())], opts.progress, name,
+                         incremental ? incremental->base : fs::path());
     if (in_staging) in_staging(tmp);
   });
-  const auto gathered = comm.allgather(std::as_bytes(std::span(sums)));
+  if (incremental) incremental->written = written;
+  const auto gathered = comm.allgather(std::as_bytes(std::span(written.sums)));
 
   // 4. Rank 0 writes the manifest and the commit marker, and publishes.
   comm.run(name, [&] {
