@@ -10,7 +10,10 @@
 // Restores read onto other layouts: rows split at other places (ranks shifted by half
 // a shard), and columns (each rank a column strip of every layer), with checksums
 // verified (the default) and not; bytes read are every rank's rchar from /proc/self/io,
-// summed, against the bytes the ranks' boxes hold.
+// summed, against the bytes the ranks' boxes hold. Incremental: a
+// ckpt::mpi::CheckpointManager with .incremental = true saves the state with one of
+// its 8 layers changed since the step before (each rank hard-links its unchanged
+// pieces), against the full ckpt::mpi::save of the same run.
 #include <ckpt/formats.hpp>
 #include <ckpt/mpi.hpp>
 #include <xtensor/xtensor.hpp>
@@ -108,7 +111,11 @@ int main(int argc, char** argv) {
     const State state = make(rows, r0, nr, 0, cols, true);
     const double total_bytes = static_cast<double>(n_layers * rows * cols * sizeof(float));
 
-    std::vector<double> t_base, t_save, t_t5x, t_rows, t_t5x_rows, t_cols, t_cols_nv;
+    std::vector<double> t_base, t_save, t_t5x, t_rows, t_t5x_rows, t_cols, t_cols_nv, t_incremental;
+    // Incremental saves: step 0 whole, then each rep one layer changed (all its bytes).
+    State changing = state;
+    ckpt::mpi::CheckpointManager<State> mgr(comm, dir / "incremental", {.max_to_keep = 2, .incremental = true});
+    mgr.save(0, changing);
     double ratio_rows = 0, ratio_t5x_rows = 0, ratio_cols = 0, ratio_cols_nv = 0;
     for (int rep = 0; rep < reps; ++rep) {
       // Baseline: this rank's bytes, one file, write + fsync; then the directory entry.
@@ -161,6 +168,8 @@ int main(int argc, char** argv) {
       t_cols.push_back(restore(make(rows, 0, rows, c0, nc, false), col_bytes, true, ratio_cols, ck));
       t_cols_nv.push_back(restore(make(rows, 0, rows, c0, nc, false), col_bytes, false, ratio_cols_nv, ck));
       if (r == 0) fs::remove_all(ck);
+      changing.layers[0].w.local += 1.0f;
+      t_incremental.push_back(timed(comm, [&] { mgr.save(rep + 1, changing); }));
       comm.barrier();
     }
     if (r == 0) {
@@ -170,6 +179,8 @@ int main(int argc, char** argv) {
       std::printf("  plain write+fsync per rank : %7.3f s  %6.2f GB/s\n", median(t_base), gb / median(t_base));
       std::printf("  ckpt::mpi::save            : %7.3f s  %6.2f GB/s  (%.2fx the baseline's throughput)\n",
                   median(t_save), gb / median(t_save), median(t_base) / median(t_save));
+      std::printf("  incremental, 1/8 changed   : %7.3f s  %6.2f GB/s  (%.2fx the time of ckpt::mpi::save)\n",
+                  median(t_incremental), gb / median(t_incremental), median(t_incremental) / median(t_save));
       std::printf("  mpi::save<t5x>, no gzip    : %7.3f s  %6.2f GB/s  (%.2fx the baseline's throughput)\n",
                   median(t_t5x), gb / median(t_t5x), median(t_base) / median(t_t5x));
       std::printf("  restore, rows shifted      : %7.3f s  %6.2f GB/s  bytes read %.3fx what the ranks need\n",

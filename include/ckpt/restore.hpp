@@ -30,6 +30,7 @@ void restore_from_index(std::shared_ptr<const Index> index, T& target, const Res
   index = index_for(std::move(index), opts);
   Path path = subtree_path(*index, opts);
   exec::ReadQueue reads;
+  reads.reserve(index->entries().size());
   if (opts.progress) reads.set_progress(opts.progress, index->checkpoint());  // issue 11
   FillContext ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only, &reads, opts.max_memory},
                   opts.allow_missing);

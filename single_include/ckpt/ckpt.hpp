@@ -6006,6 +6006,9 @@ class ReadQueue final : public DeferredReads {
   static constexpr std::size_t group_leaves = 256;
   static constexpr std::size_t group_bytes = std::size_t{2} << 20;
 
+  // Room for n reads (a restore knows its index's leaf count): 20,000 pushes then
+  // grow nothing, where each doubling copied every queued job to fresh pages.
+  void reserve(std::size_t n) { jobs_.reserve(n); }
   // Runs every queued read; rethrows the first failure after all threads stop.
   void run();
   // Reports the reads' progress to fn (issue 11); the checkpoint names a cancellation.
@@ -6101,6 +6104,7 @@ CKPT_API void ReadQueue::group_small_leaves() {
   };
   std::vector<Job> out;
   out.reserve(jobs_.size());
+  grouped_.reserve(jobs_.size());
   for (std::size_t i = 0; i < jobs_.size();) {
     std::size_t k = i;
     std::size_t bytes = 0;
@@ -6144,6 +6148,7 @@ void restore_from_index(std::shared_ptr<const Index> index, T& target, const Res
   index = index_for(std::move(index), opts);
   Path path = subtree_path(*index, opts);
   exec::ReadQueue reads;
+  reads.reserve(index->entries().size());
   if (opts.progress) reads.set_progress(opts.progress, index->checkpoint());  // issue 11
   FillContext ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only, &reads, opts.max_memory},
                   opts.allow_missing);

@@ -52,6 +52,9 @@ class ReadQueue final : public DeferredReads {
   static constexpr std::size_t group_leaves = 256;
   static constexpr std::size_t group_bytes = std::size_t{2} << 20;
 
+  // Room for n reads (a restore knows its index's leaf count): 20,000 pushes then
+  // grow nothing, where each doubling copied every queued job to fresh pages.
+  void reserve(std::size_t n) { jobs_.reserve(n); }
   // Runs every queued read; rethrows the first failure after all threads stop.
   void run();
   // Reports the reads' progress to fn (issue 11); the checkpoint names a cancellation.
@@ -147,6 +150,7 @@ CKPT_API void ReadQueue::group_small_leaves() {
   };
   std::vector<Job> out;
   out.reserve(jobs_.size());
+  grouped_.reserve(jobs_.size());
   for (std::size_t i = 0; i < jobs_.size();) {
     std::size_t k = i;
     std::size_t bytes = 0;
