@@ -168,6 +168,9 @@ int main(int argc, char** argv) {
       t_cols.push_back(restore(make(rows, 0, rows, c0, nc, false), col_bytes, true, ratio_cols, ck));
       t_cols_nv.push_back(restore(make(rows, 0, rows, c0, nc, false), col_bytes, false, ratio_cols_nv, ck));
       if (r == 0) fs::remove_all(ck);
+      // The removals' journal work is not charged to the next timed save (its fsyncs
+      // would wait for it): measured 1.0 s instead of 0.15 s for 1/8 of 512 MiB.
+      if (r == 0) ::sync();
       changing.layers[0].w.local += 1.0f;
       t_incremental.push_back(timed(comm, [&] { mgr.save(rep + 1, changing); }));
       comm.barrier();
