@@ -4406,6 +4406,18 @@ class File {
   int fd_ = -1;
 };
 
+// After a vectored call moved n bytes: skips the buffers it filled (or emptied) from
+// `first` on, trims the one it stopped in, and returns the first with bytes left.
+inline std::size_t advance_iov(std::span<iovec> iov, std::size_t first, std::size_t n) {
+  while (first < iov.size() && n >= iov[first].iov_len) n -= iov[first++].iov_len;
+  if (n > 0) {
+    iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + n;
+    iov[first].iov_len -= n;
+  }
+  while (first < iov.size() && iov[first].iov_len == 0) ++first;
+  return first;
+}
+
 // Writes every byte of every buffer, in as few system calls as the kernel allows.
 inline void write_all(const File& f, std::vector<iovec> iov, const fs::path& name) {
   std::size_t first = 0;
@@ -4416,13 +4428,7 @@ inline void write_all(const File& f, std::vector<iovec> iov, const fs::path& nam
       if (errno == EINTR) continue;
       throw_errno("write failed", name);
     }
-    auto left = static_cast<std::size_t>(n);
-    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
-    if (left > 0) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
-    while (first < iov.size() && iov[first].iov_len == 0) ++first;
+    first = advance_iov(iov, first, static_cast<std::size_t>(n));
   }
 }
 
@@ -4455,8 +4461,7 @@ inline void preadv_exact(const File& f, std::span<iovec> iov, std::uint64_t offs
   std::uint64_t total = 0;
   for (const iovec& v : iov) total += v.iov_len;
   const std::uint64_t end = offset + total;
-  std::size_t first = 0;
-  while (first < iov.size() && iov[first].iov_len == 0) ++first;
+  std::size_t first = advance_iov(iov, 0, 0);
   while (first < iov.size()) {
     const int count = static_cast<int>(std::min<std::size_t>(iov.size() - first, IOV_MAX));
     const ssize_t n = ::preadv(f.fd(), iov.data() + first, count, static_cast<off_t>(offset));
@@ -4468,13 +4473,7 @@ inline void preadv_exact(const File& f, std::span<iovec> iov, std::uint64_t offs
       throw CorruptCheckpointError(name.string(), "", "file ends at byte " + std::to_string(offset) + ", before the " +
                                                           std::to_string(end) + " bytes expected (truncated?)");
     offset += static_cast<std::uint64_t>(n);
-    auto left = static_cast<std::size_t>(n);
-    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
-    if (left > 0) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
-    while (first < iov.size() && iov[first].iov_len == 0) ++first;
+    first = advance_iov(iov, first, static_cast<std::size_t>(n));
   }
 }
 

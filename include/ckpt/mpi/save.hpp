@@ -69,7 +69,13 @@ struct Job {
   const Shape* origin = nullptr;
 };
 
+// Move-only: its jobs point into its entries.
 struct Plan {
+  Plan() = default;
+  Plan(Plan&&) = default;
+  Plan& operator=(Plan&&) = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
   std::vector<IndexEntry> entries;     // the manifest's, checksums still to fill in
   std::vector<std::vector<Job>> jobs;  // per rank, in file order
 };
