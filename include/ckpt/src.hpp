@@ -15,3 +15,8 @@
 #define CKPT_BUILDING_LIBRARY 1
 
 #include <ckpt/ckpt.hpp>
+// Every interop format registers itself here, once: in this mode a unit that includes a
+// format's header does not instantiate its reader and writer to register it (measured:
+// a test unit restoring native checkpoints compiled in 15 s instead of 23 s at gcc -O0).
+// So a program linking the library knows every format, whichever headers it includes.
+#include <ckpt/formats.hpp>

@@ -11890,7 +11890,12 @@ struct flax_msgpack {
     return detail::flax::open_msgpack(p, p.string(), "flax", {}, false, true);  // the caller's own path
   }
 };
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool flax_msgpack_registered = register_format<flax_msgpack>(40);
+#endif
 
 }  // namespace ckpt
 // end ckpt/format/flax.hpp
@@ -13184,7 +13189,12 @@ struct basic_zarr_v2 {
   }
 };
 using zarr_v2 = basic_zarr_v2<>;
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool zarr_v2_registered = register_format<zarr_v2>(30);
+#endif
 
 }  // namespace ckpt
 // end ckpt/format/zarr.hpp
@@ -13453,7 +13463,12 @@ struct basic_t5x {
   }
 };
 using t5x = basic_t5x<>;
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool t5x_registered = register_format<t5x>(20);
+#endif
 
 }  // namespace ckpt
 // end ckpt/format/t5x.hpp
@@ -14457,7 +14472,12 @@ struct basic_orbax {
 using orbax = basic_orbax<>;
 // Orbax's older layout, `use_ocdbt=False`: one zarr directory per array.
 using orbax_without_ocdbt = basic_orbax<io::codec::zstd, 1, orbax_layout::directories>;
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool orbax_registered = register_format<orbax>(10);
+#endif
 
 }  // namespace ckpt
 // end ckpt/format/orbax.hpp
@@ -15056,7 +15076,12 @@ struct safetensors {
 
 // Before Orbax (10): a manager's step directory holds _CHECKPOINT_METADATA, which Orbax's
 // detection takes for its own; model.safetensors or its index is unambiguous.
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool safetensors_registered = register_format<safetensors>(5);
+#endif
 }  // namespace ckpt
 // end ckpt/format/safetensors.hpp
 // begin ckpt/format/tensorflow.hpp
@@ -15924,7 +15949,12 @@ struct tensorflow {
 static_assert(readable_format<tensorflow>);
 
 // After the formats that write (their directories may hold files named `checkpoint`).
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool tensorflow_registered = register_format<tensorflow>(50);
+#endif
 
 }  // namespace ckpt
 // end ckpt/format/tensorflow.hpp
@@ -16021,7 +16051,12 @@ struct zarr_v3 {
   }
 };
 static_assert(readable_format<zarr_v3>);
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool zarr_v3_registered = register_format<zarr_v3>(31);
+#endif
 
 }  // namespace ckpt
 // end ckpt/format/zarr3.hpp

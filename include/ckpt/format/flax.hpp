@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/interop/msgpack_tree.hpp>
 #include <ckpt/io/staging_dir.hpp>
@@ -120,6 +121,11 @@ struct flax_msgpack {
     return detail::flax::open_msgpack(p, p.string(), "flax", {}, false, true);  // the caller's own path
   }
 };
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool flax_msgpack_registered = register_format<flax_msgpack>(40);
+#endif
 
 }  // namespace ckpt

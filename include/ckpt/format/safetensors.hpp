@@ -39,6 +39,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/detail/untrusted.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/native/manifest.hpp>
@@ -552,5 +553,10 @@ struct safetensors {
 
 // Before Orbax (10): a manager's step directory holds _CHECKPOINT_METADATA, which Orbax's
 // detection takes for its own; model.safetensors or its index is unambiguous.
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool safetensors_registered = register_format<safetensors>(5);
+#endif
 }  // namespace ckpt

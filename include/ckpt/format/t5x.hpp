@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/flax.hpp>
 #include <ckpt/format/zarr.hpp>
@@ -214,6 +215,11 @@ struct basic_t5x {
   }
 };
 using t5x = basic_t5x<>;
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool t5x_registered = register_format<t5x>(20);
+#endif
 
 }  // namespace ckpt

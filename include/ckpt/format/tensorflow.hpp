@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/tf/bundle.hpp>
 #include <ckpt/format/tf/convert.hpp>
@@ -44,6 +45,11 @@ struct tensorflow {
 static_assert(readable_format<tensorflow>);
 
 // After the formats that write (their directories may hold files named `checkpoint`).
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool tensorflow_registered = register_format<tensorflow>(50);
+#endif
 
 }  // namespace ckpt

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/zarr/chunks.hpp>
@@ -143,6 +144,11 @@ struct basic_zarr_v2 {
   }
 };
 using zarr_v2 = basic_zarr_v2<>;
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool zarr_v2_registered = register_format<zarr_v2>(30);
+#endif
 
 }  // namespace ckpt

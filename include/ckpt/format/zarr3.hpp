@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/zarr.hpp>
@@ -96,6 +97,11 @@ struct zarr_v3 {
   }
 };
 static_assert(readable_format<zarr_v3>);
+// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
+// library does (src.hpp includes every format), so a unit that includes this header
+// does not compile the whole reader and writer just to register them.
+#if CKPT_DEFINE_API
 inline const bool zarr_v3_registered = register_format<zarr_v3>(31);
+#endif
 
 }  // namespace ckpt
