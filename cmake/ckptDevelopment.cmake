@@ -53,9 +53,13 @@ endif()
 # mean something only optimized); CI, which compiles them but never runs them, sets
 # -O0 to keep its time (see .ci/run).
 set(CKPT_BENCH_OPT "-O2" CACHE STRING "Optimization flags of the benchmarks (bench/)")
+# Examples likewise (CKPT_EXAMPLES_OPT, -O2: the demo trains a model); CI sets -O0, as it
+# runs only the short demo (1 s at -O0) and the compile is a third cheaper.
+set(CKPT_EXAMPLES_OPT "-O2" CACHE STRING "Optimization flags of the examples (examples/)")
 
-# One executable per <dir>/*.cpp, named after the file, built at -O2 whatever
-# the build type (benchmarks: CKPT_BENCH_OPT), and placed in <build>/<dir>/.
+# One executable per <dir>/*.cpp, named after the file, built at CKPT_BENCH_OPT
+# (bench/) or CKPT_EXAMPLES_OPT (examples/) whatever the build type, and placed in
+# <build>/<dir>/.
 function(ckpt_add_executables dir)
   if(NOT IS_DIRECTORY "${PROJECT_SOURCE_DIR}/${dir}")
     return()
@@ -71,11 +75,11 @@ function(ckpt_add_executables dir)
     ckpt_target_options(${name})
     if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
       if(dir STREQUAL "bench")
-        separate_arguments(bench_opt UNIX_COMMAND "${CKPT_BENCH_OPT}")
-        target_compile_options(${name} PRIVATE ${bench_opt})
+        separate_arguments(program_opt UNIX_COMMAND "${CKPT_BENCH_OPT}")
       else()
-        target_compile_options(${name} PRIVATE -O2)
+        separate_arguments(program_opt UNIX_COMMAND "${CKPT_EXAMPLES_OPT}")
       endif()
+      target_compile_options(${name} PRIVATE ${program_opt})
     endif()
     target_compile_definitions(${name} PRIVATE CKPT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
     get_filename_component(stem "${src}" NAME_WE)

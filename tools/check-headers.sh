@@ -41,6 +41,19 @@ for entry in "${optional[@]}"; do
     headers=$(grep -vxF "$h" <<<"$headers")
   fi
 done
+# An umbrella header (nothing but `#pragma once`, comments and `#include <ckpt/...>`
+# lines) compiles on its own exactly when each header it includes does, and those are
+# all checked here: skipping the four umbrellas saves a tenth of this check's time.
+umbrellas=()
+for h in $headers; do
+  if [[ -z $(sed -e 's://.*$::' -e '/^[[:space:]]*$/d' -e '/^#pragma once/d' -e '/^#include <ckpt\//d' "$root/include/$h") ]]; then
+    umbrellas+=("$h")
+  fi
+done
+if [[ ${#umbrellas[@]} -gt 0 ]]; then
+  echo "umbrella headers, checked through what they include: ${umbrellas[*]}"
+  headers=$(grep -vxF -f <(printf '%s\n' "${umbrellas[@]}") <<<"$headers")
+fi
 total=$(wc -l <<<"$headers")
 # Each header in its own process, $jobs at a time; a failing one leaves its log.
 # The compiler and flags travel as arguments (xargs cannot pass an array).
