@@ -261,7 +261,7 @@ int child_expects(F&& f, const fs::path& dir) {
 
 }  // namespace bad_input
 
-using namespace bad_input;
+namespace bad_input {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 using ckpt::CorruptCheckpointError;
 
 TEST_CASE("bad input: a crafted manifest is valid before it is altered") {
@@ -803,13 +803,11 @@ TEST_CASE("bad input: a FIFO in place of a file does not hang") {
   }
 }
 
-namespace bad_input {
 struct Keyed {
   std::map<std::string, float> m;
   std::map<std::string, std::vector<float>> big;  // large leaves under the same keys: data files
   std::map<std::string, std::map<std::string, std::int32_t>> nested;
 };
-}  // namespace bad_input
 
 TEST_CASE("bad input: map keys with '.', '/', '\\\\', NUL and more round-trip") {
   test::TempDir t;
@@ -874,7 +872,6 @@ TEST_CASE("bad input: map keys with '.', '/', '\\\\', NUL and more round-trip") 
   CHECK_THROWS_CKPT(ckpt::Path::parse("m.a\\x"), ckpt::Error, "unknown escape '\\x' in path");
 }
 
-namespace bad_input {
 struct KillState {
   std::int64_t round = 0;
   std::vector<float> w1, w2, w3;
@@ -897,7 +894,6 @@ inline bool is_whole_round(const KillState& s) {
          s.w4.size() == (std::size_t{6} << 20) && all(s.w1, static_cast<float>(r)) && all(s.w2, static_cast<float>(-r)) &&
          all(s.w3, static_cast<float>(r) + 0.5f) && all(s.w4, r);
 }
-}  // namespace bad_input
 
 TEST_CASE("bad input: a save killed at any moment leaves no checkpoint or a whole one") {
   test::TempDir t;
@@ -982,8 +978,6 @@ TEST_CASE("bad input: a save killed at any moment leaves no checkpoint or a whol
 // foreign exception, read outside the checkpoint, named the wrong directory or left
 // garbage behind before its fix.
 
-namespace bad_input {
-
 struct Arr {
   std::vector<float> a;
 };
@@ -1047,8 +1041,6 @@ template <class E = CorruptCheckpointError>
 int child_restore_tree_expects(const fs::path& dir) {
   return run_in_child([&] { return child_expects<E>([&] { (void)ckpt::restore_tree(dir); }, dir); }, 0, 60);
 }
-
-}  // namespace bad_input
 
 TEST_CASE("regression: deeply nested JSON in .zarray (dtype, order, fill_value) is refused, not a stack overflow") {
   test::TempDir t;
@@ -1378,8 +1370,6 @@ TEST_CASE("regression: a killed plain save's staging directory is collected by t
 // crash, a hang, a foreign exception, or other values. Files outside the checkpoint
 // (the links' targets, a sentinel) are never changed.
 
-namespace bad_input {
-
 struct H {
   std::int64_t step = 0;
   std::vector<float> a;        // a native data file, a zarr array
@@ -1456,8 +1446,6 @@ inline int library_entry_points(const fs::path& c, bool native, const fs::path& 
   }
   return bad == 0 ? 0 : 1;
 }
-
-}  // namespace bad_input
 
 TEST_CASE("hostile input: links out, hard links, FIFOs, devices, bit flips, truncation, deep nesting, invalid UTF-8 in every file of every format") {
   test::TempDir t;
@@ -1652,3 +1640,5 @@ TEST_CASE("hostile input: links out, hard links, FIFOs, devices, bit flips, trun
   MESSAGE(cases << " hostile checkpoints: `ckpt verify` refused " << errors << " and passed " << untouched
                 << " (a file it does not need, or a flipped bit in a format without checksums)");
 }
+
+}  // namespace bad_input

@@ -36,7 +36,7 @@ Run cli(const std::string& args) {
 }
 }  // namespace cli_test
 
-using namespace cli_test;
+namespace cli_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 
 TEST_CASE("ckpt CLI: tree, show, verify, diff, convert, ls, and exit code 2 on bad input") {
   // A missing tool is a failure, not a skip: a build without it would pass untested.
@@ -120,7 +120,6 @@ TEST_CASE("ckpt CLI: tree, show, verify, diff, convert, ls, and exit code 2 on b
   }
 }
 
-namespace cli_test {
 // Runs the tool (no shell between) to completion, output to `log`; its exit code and
 // peak resident set (wait4's ru_maxrss), in bytes.
 struct Measured {
@@ -144,7 +143,6 @@ Measured measured(const std::vector<std::string>& args, const fs::path& log) {
   REQUIRE(::wait4(pid, &st, 0, &ru) == pid);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, static_cast<std::uint64_t>(ru.ru_maxrss) * 1024};
 }
-}  // namespace cli_test
 
 TEST_CASE("ckpt convert streams a 1 GiB leaf within --max-memory 128M: the peak resident set stays under it") {
   REQUIRE(fs::exists(CKPT_CLI));
@@ -221,3 +219,5 @@ TEST_CASE("ckpt convert streams a 1 GiB leaf within --max-memory 128M: the peak 
   CHECK(r.err.find("max_memory") != std::string::npos);
   CHECK(!fs::exists(tmp / "f.msgpack"));
 }
+
+}  // namespace cli_test

@@ -102,7 +102,7 @@ inline int count_staging(const fs::path& dir, const std::string& target = "") {
 
 }  // namespace crash
 
-using namespace crash;
+namespace crash {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 
 TEST_CASE("crash: saves killed at random moments leave only whole checkpoints of saved states, never older ones") {
   const std::uint64_t kills = env_or("CKPT_CRASH_KILLS", 50);
@@ -238,8 +238,6 @@ TEST_CASE("crash: saves killed at random moments leave only whole checkpoints of
 
 // --- disk full ----------------------------------------------------------------
 
-namespace crash {
-
 // A file system of `bytes` mounted at dir (tmpfs; needs root), unmounted at scope exit.
 class SmallDisk {
  public:
@@ -325,8 +323,6 @@ inline std::string disk_full_checks(const fs::path& disk, std::size_t small, std
   return "";
 }
 
-}  // namespace crash
-
 TEST_CASE("crash: a full disk (tmpfs) fails plain and managed saves cleanly, older checkpoints intact") {
   test::TempDir t;
   SmallDisk disk(t / "disk", std::uint64_t{8} << 20);
@@ -364,3 +360,5 @@ TEST_CASE("crash: a file size limit (RLIMIT_FSIZE) fails plain and managed saves
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+}  // namespace crash

@@ -3,7 +3,6 @@
 // and hostile inputs for each format.
 #include "support.hpp"
 
-
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
@@ -17,8 +16,6 @@ namespace fs = std::filesystem;
 using test::describe;
 using test::hex;
 using test::python;
-
-
 
 struct Inner {
   xt::xtensor<float, 2> kernel;
@@ -104,7 +101,7 @@ def main(root, skip):
 
 }  // namespace interop_test
 
-using namespace interop_test;
+namespace interop_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 
 TEST_CASE("the real t5x checkpoint reads: kernel float64 [10,5], bias float32 [5], step int32 scalar") {
   const fs::path fixture = fs::path(CKPT_FIXTURES_DIR) / "t5x/tiny_t5/checkpoint_1";
@@ -409,7 +406,6 @@ TEST_CASE("ckpt::flax::save_checkpoint names, keeps and refuses as Flax does") {
 // ---------------------------------------------------------------------------------
 // Hostile input: always a ckpt::Error, never a crash, a hang or a huge allocation.
 
-namespace interop_test {
 void copy_fixture(const fs::path& to) {
   fs::copy(fs::path(CKPT_FIXTURES_DIR) / "t5x/tiny_t5/checkpoint_1", to, fs::copy_options::recursive);
   for (auto& e : fs::recursive_directory_iterator(to))
@@ -438,7 +434,6 @@ void expect_error(const fs::path& p, const std::string& fragment) {
     CHECK(std::string(e.what()).find(fragment) != std::string::npos);
   }
 }
-}  // namespace interop_test
 
 TEST_CASE("hostile t5x specs: absolute paths, '..', other drivers, huge shapes") {
   test::TempDir tmp;
@@ -652,3 +647,5 @@ TEST_CASE("saves of t5x, zarr and Orbax cut zarr chunks to a quarter of SaveOpti
   CHECK_THROWS_CKPT(ckpt::save<ckpt::t5x>(tmp / "tight", s, {.max_memory = 2048}), ckpt::Error, "w: a zarr chunk");
   CHECK(!fs::exists(tmp / "tight"));
 }
+
+}  // namespace interop_test

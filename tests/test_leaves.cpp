@@ -76,7 +76,7 @@ struct Nodes {
 
 }  // namespace leaves_test
 
-using namespace leaves_test;
+namespace leaves_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 
 TEST_CASE("scalars of every dtype round-trip, with numpy's dtype names") {
   test::TempDir tmp;
@@ -415,3 +415,5 @@ TEST_CASE("lazy leaves: shape and dtype at once, bytes on the first get()") {
   ckpt::save(tmp / "again", fresh);
   CHECK(ckpt::restore<Big>(tmp / "again").v == std::vector<double>{4, 5});
 }
+
+}  // namespace leaves_test

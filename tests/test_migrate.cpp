@@ -83,7 +83,7 @@ void check_v2(const StateV2& r) {
 
 }  // namespace migrate_test
 
-using namespace migrate_test;
+namespace migrate_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 
 TEST_CASE("a migration restores an old checkpoint into the new struct") {
   test::TempDir tmp;
@@ -209,3 +209,5 @@ TEST_CASE("the manager restores steps of an older version through a migration or
   mgr2.reload();
   CHECK(mgr2.restore(7, m12).schedule.lr == 0.25f);
 }
+
+}  // namespace migrate_test

@@ -30,7 +30,7 @@ using test::python;
 
 }  // namespace native_test
 
-using namespace native_test;
+namespace native_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 
 TEST_CASE("the manifest is msgpack that Python reads, with every field the design names") {
   test::TempDir tmp;
@@ -160,3 +160,5 @@ TEST_CASE("a checkpoint is a directory of exactly manifest, commit and data file
   // Every leaf is padded to the 4 KiB alignment, the last one too.
   CHECK(std::filesystem::file_size(tmp / "c" / "data-0") % 4096 == 0);
 }
+
+}  // namespace native_test

@@ -137,7 +137,6 @@ TEST_CASE("the OCDBT reader agrees with the independent decoder on every fixture
   CHECK(python(code, fixtures) == mine);
 }
 
-
 // Runs the independent decoder on an OCDBT database; returns its JSON summary.
 nlohmann::json oracle_json(const fs::path& db, bool orbax = true) {
   const std::string out = python("import runpy, sys\nsys.argv = ['oracle', sys.argv[1]" + std::string(orbax ? ", '--orbax'" : "") +
@@ -457,7 +456,6 @@ TEST_CASE("hostile OCDBT databases: bad CRCs, magic, lengths, counts, offsets, h
     err(item, "decompresses to more than");
   }
 }
-
 
 TEST_CASE("Orbax 0.5 aggregated arrays: _METADATA marks them skip_deserialize and the msgpack checkpoint file holds them") {
   test::TempDir tmp;

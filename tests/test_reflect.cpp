@@ -55,14 +55,14 @@ struct Mixed {
 
 BOOST_HANA_ADAPT_STRUCT(reflect_test::HanaAdapted, gamma, delta);
 
+namespace reflect_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
+
 namespace {
 struct InAnonymousNamespace {  // no linkage: names must still be readable, on GCC and clang
   int first = 1;
   std::vector<float> second = {2};
 };
 }  // namespace
-
-using namespace reflect_test;
 
 TEST_CASE("aggregate field names are read at compile time") {
   static_assert(ckpt::reflect::field_count<Dense>() == 2);
@@ -155,3 +155,5 @@ TEST_CASE("types in anonymous namespaces and local types are reflected too") {
   CHECK(ckpt::metadata(tmp / "a").paths() == std::vector<std::string>{"first", "second"});
   CHECK(ckpt::restore<Local>(tmp / "l").inside == 0.5);
 }
+
+}  // namespace reflect_test

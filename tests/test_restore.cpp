@@ -62,7 +62,7 @@ void check_equal(const Dense& a, const Dense& b) {
 
 }  // namespace restore_test
 
-using namespace restore_test;
+namespace restore_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 
 TEST_CASE("restore<T> gives back every field of the saved state") {
   test::TempDir tmp;
@@ -333,3 +333,5 @@ TEST_CASE("restore under max_memory: a leaf cast to another dtype is converted a
   ckpt::restore_into(fixture, k, {.subtree = "state.param_states", .restore_dtype = ckpt::dtype::float32, .max_memory = 4096});
   CHECK(k.kernel.shape()[0] == 10);
 }
+
+}  // namespace restore_test

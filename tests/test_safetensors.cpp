@@ -122,7 +122,7 @@ for k in sorted(out):
 
 }  // namespace safetensors_test
 
-using namespace safetensors_test;
+namespace safetensors_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 
 TEST_CASE("safetensors: the Python package's sample files read with their dtypes, values and metadata") {
   const std::pair<const char*, ckpt::dtype> files[] = {
@@ -329,3 +329,5 @@ TEST_CASE("safetensors through the manager and the CLI") {
   const auto j = json::parse(std::ifstream(tmp / "tree.json"));
   CHECK(j["leaves"].size() == 9);
 }
+
+}  // namespace safetensors_test

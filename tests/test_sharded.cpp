@@ -11,6 +11,7 @@
 
 namespace fs = std::filesystem;
 
+namespace sharded_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 namespace {
 
 using test::TempDir;
@@ -267,6 +268,8 @@ TEST_CASE("a box of a t5x or Orbax array (OCDBT or not) reads only the zarr chun
   CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "t5x"), ckpt::CorruptCheckpointError, "w: chunk 63.0");
 }
 
+}  // namespace sharded_test
+
 #if CKPT_TEST_MPI
 // ---- many processes: run under mpirun by ctest (tests/CMakeLists.txt), each case in the
 // run whose process count its name says (-tc="*np3*").
@@ -279,6 +282,7 @@ TEST_CASE("a box of a t5x or Orbax array (OCDBT or not) reads only the zarr chun
 #include <csignal>
 #include <optional>
 
+namespace sharded_test {
 namespace {
 
 // One directory every rank sees: rank 0 makes it, the others learn its path; removed
@@ -908,6 +912,8 @@ TEST_CASE("mpi np2: a SIGTERM on one rank makes every rank save at the same step
   m.reset();
   ::sigaction(SIGTERM, &old, nullptr);
 }
+
+}  // namespace sharded_test
 
 int main(int argc, char** argv) {
   int provided = 0;

@@ -133,7 +133,7 @@ std::vector<std::int64_t> dirs(const fs::path& root) {
 
 }  // namespace tensorboard_test
 
-using namespace tensorboard_test;
+namespace tensorboard_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 
 TEST_CASE("TFRecord event files: Python's framing reads ckpt's, ckpt reads Python's (simple_value and scalar tensors)") {
   test::TempDir tmp;
@@ -248,3 +248,5 @@ TEST_CASE("keep_dataset_checkpoints: older steps lose the data-iterator item, th
   CHECK(again.item_names(4) == std::vector<std::string>{"config", "dataset"});
   CHECK(dirs(root) == std::vector<std::int64_t>{2, 3, 4, 5});
 }
+
+}  // namespace tensorboard_test

@@ -185,7 +185,7 @@ ckpt::tf::Translator t5_rules() {
 
 }  // namespace tensorflow_test
 
-using namespace tensorflow_test;
+namespace tensorflow_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
 
 TEST_CASE("crc32c: the standard check values, masking, and the hardware and table versions agree") {
   CHECK(ckpt::io::crc32c(bytes_of("123456789")) == 0xE3069283u);
@@ -604,3 +604,5 @@ TEST_CASE("ckpt convert model.ckpt-0 out --to native|flax|t5x|orbax") {
   const auto err = test::read_bytes(tmp / "err");
   CHECK(std::string(err.begin(), err.end()).find("data-00001-of-00002 is missing") != std::string::npos);
 }
+
+}  // namespace tensorflow_test

@@ -12,8 +12,6 @@ using test::describe;
 using test::hex;
 using test::python;
 
-
-
 // The same description from Python, for every array under a zarr group (v2 or v3).
 const char* py_describe = R"(
 import sys, zarr, numpy as np
