@@ -148,6 +148,30 @@ TEST_CASE("small leaves are read in groups: each in its place, the padding skipp
   for (std::size_t i = 0; i < small.ws.size(); ++i)
     if (i != 433) CHECK(into.ws[i] == small.ws[i]);
   CHECK(into.ws[433] != small.ws[433]);
+
+  // A data file cut short after the checkpoint was opened (opening checks the sizes),
+  // inside its last leaf: the grouped read of the run of leaves that ends with it fails,
+  // and the error names that leaf, not the run's first.
+  ckpt::save(tmp / "one", small, {.data_files = 1});
+  const auto one = ckpt::open_index(tmp / "one");
+  std::vector<const ckpt::IndexEntry*> by_offset;
+  for (const auto& entry : one->entries())
+    if (!entry.file.empty()) by_offset.push_back(&entry);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  REQUIRE(by_offset.size() == 600);
+  std::vector<std::vector<std::byte>> bufs;
+  std::vector<ckpt::LeafRead> reads;
+  for (std::size_t i = by_offset.size() - 10; i < by_offset.size(); ++i) bufs.emplace_back(by_offset[i]->length);
+  for (std::size_t i = 0; i < 10; ++i) reads.push_back({by_offset[by_offset.size() - 10 + i], bufs[i], true});
+  one->read_group(reads);  // whole: reads fine
+  const ckpt::IndexEntry* last = by_offset.back();
+  std::filesystem::resize_file(tmp / "one" / last->file, last->offset + last->length / 2);
+  try {
+    one->read_group(reads);
+    FAIL("a truncated data file went unnoticed");
+  } catch (const ckpt::CorruptCheckpointError& err) {
+    CHECK(err.path() == last->path.str());
+  }
 }
 
 TEST_CASE("a checkpoint is a directory of exactly manifest, commit and data files") {

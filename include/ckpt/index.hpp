@@ -97,10 +97,9 @@ class IndexReader {
   // checksums; every dst.size() == entry->length), verifying each when asked. A reader
   // that fetches neighbouring leaves with one call overrides it (the native format: one
   // preadv for a run of adjacent small leaves in a data file, instead of one pread
-  // each); the default reads them one by one.
-  virtual void read_group(const Index& index, std::span<const LeafRead> reads) const {
-    for (const LeafRead& r : reads) read(index, *r.entry, r.dst, r.verify);
-  }
+  // each); the default reads them one by one, through Index::read so that an error
+  // names the leaf it was reading (defined after Index).
+  virtual void read_group(const Index& index, std::span<const LeafRead> reads) const;
   // Reads the box at `origin` of `shape` of e (a whole stored array, not boxes) into dst
   // itself, fetching only the stored pieces that meet it (a chunked array: only its
   // chunks in the box), and returns true; false: Index::read_box reads by byte ranges.
@@ -306,6 +305,10 @@ CKPT_API void Index::read(const IndexEntry& e, std::span<std::byte> dst, bool ve
   } catch (const std::exception& x) {  // one a reader did not foresee: still an Error naming the leaf
     throw CorruptCheckpointError(checkpoint_, e.path.str(), std::string("cannot read the leaf: ") + x.what());
   }
+}
+
+CKPT_API void IndexReader::read_group(const Index& index, std::span<const LeafRead> reads) const {
+  for (const LeafRead& r : reads) index.read(*r.entry, r.dst, r.verify);
 }
 
 CKPT_API void Index::read_group(std::span<const LeafRead> reads) const {

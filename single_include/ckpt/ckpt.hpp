@@ -2481,10 +2481,9 @@ class IndexReader {
   // checksums; every dst.size() == entry->length), verifying each when asked. A reader
   // that fetches neighbouring leaves with one call overrides it (the native format: one
   // preadv for a run of adjacent small leaves in a data file, instead of one pread
-  // each); the default reads them one by one.
-  virtual void read_group(const Index& index, std::span<const LeafRead> reads) const {
-    for (const LeafRead& r : reads) read(index, *r.entry, r.dst, r.verify);
-  }
+  // each); the default reads them one by one, through Index::read so that an error
+  // names the leaf it was reading (defined after Index).
+  virtual void read_group(const Index& index, std::span<const LeafRead> reads) const;
   // Reads the box at `origin` of `shape` of e (a whole stored array, not boxes) into dst
   // itself, fetching only the stored pieces that meet it (a chunked array: only its
   // chunks in the box), and returns true; false: Index::read_box reads by byte ranges.
@@ -2764,6 +2763,10 @@ CKPT_API void Index::read(const IndexEntry& e, std::span<std::byte> dst, bool ve
   } catch (const std::exception& x) {  // one a reader did not foresee: still an Error naming the leaf
     throw CorruptCheckpointError(checkpoint_, e.path.str(), std::string("cannot read the leaf: ") + x.what());
   }
+}
+
+CKPT_API void IndexReader::read_group(const Index& index, std::span<const LeafRead> reads) const {
+  for (const LeafRead& r : reads) index.read(*r.entry, r.dst, r.verify);
 }
 
 CKPT_API void Index::read_group(std::span<const LeafRead> reads) const {
@@ -4579,8 +4582,12 @@ class Reader final : public IndexReader {
       const auto& [f, name] = files_.at(first.file);
       try {
         io::preadv_exact(f, iov, first.offset, name);
-      } catch (const Error& err) {
-        throw CorruptCheckpointError(index.checkpoint(), first.path.str(), err.what());
+      } catch (const Error&) {
+        // A short file or an I/O error somewhere in the run: read its leaves one by one,
+        // so that the error names the leaf at fault, not the run's first (each read
+        // verifies its leaf when asked).
+        for (; i < k; ++i) read(index, *order[i]->entry, order[i]->dst, order[i]->verify);
+        continue;
       }
       for (; i < k; ++i)
         if (order[i]->verify && io::xxh3(order[i]->dst) != order[i]->entry->checksum) fail_checksum(index, *order[i]->entry);

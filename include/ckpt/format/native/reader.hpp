@@ -88,8 +88,12 @@ class Reader final : public IndexReader {
       const auto& [f, name] = files_.at(first.file);
       try {
         io::preadv_exact(f, iov, first.offset, name);
-      } catch (const Error& err) {
-        throw CorruptCheckpointError(index.checkpoint(), first.path.str(), err.what());
+      } catch (const Error&) {
+        // A short file or an I/O error somewhere in the run: read its leaves one by one,
+        // so that the error names the leaf at fault, not the run's first (each read
+        // verifies its leaf when asked).
+        for (; i < k; ++i) read(index, *order[i]->entry, order[i]->dst, order[i]->verify);
+        continue;
       }
       for (; i < k; ++i)
         if (order[i]->verify && io::xxh3(order[i]->dst) != order[i]->entry->checksum) fail_checksum(index, *order[i]->entry);
