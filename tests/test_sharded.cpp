@@ -737,7 +737,7 @@ TEST_CASE("mpi np2: the manager across ranks writes Orbax (OCDBT) and t5x steps,
   on_rank0(world, [&] { CHECK(ckpt::open_index(dir / "t5x/7")->info().format == "t5x"); });
 }
 
-TEST_CASE("mpi np2: the manager across ranks ranks steps by a TensorBoard metric, reports each rank's figures, refuses what it lacks") {
+TEST_CASE("mpi np2: the manager across ranks ranks steps by a TensorBoard metric and reports each rank's figures") {
   const ckpt::mpi::Comm world(MPI_COMM_WORLD);
   SharedDir dir(world);
   on_rank0(world, [&] {  // run "train" beside the root, as t5x's model_dir/train
@@ -768,8 +768,6 @@ TEST_CASE("mpi np2: the manager across ranks ranks steps by a TensorBoard metric
     const auto j = nlohmann::json::parse(bytes.begin(), bytes.end());
     CHECK(j.at("save_stats").at("bytes").get<std::uint64_t>() == seen.back().bytes);
   });
-  CHECK_THROWS_CKPT((ckpt::mpi::CheckpointManager<ShardedState>(world, dir / "ds", {.keep_dataset_checkpoints = 1})),
-                    ckpt::Error, "keep_dataset_checkpoints is not built across ranks yet");
 }
 
 TEST_CASE("mpi np2: incremental saves across ranks: each rank links the pieces that did not change") {
@@ -886,6 +884,54 @@ TEST_CASE("mpi np2: items across ranks: each rank's own, a shared one written on
   ckpt::mpi::CheckpointManager<ShardedState> again(world, dir / "run");
   CHECK(again.restore_item<Position>(1, own).shard == world.rank());
   CHECK(ckpt::CheckpointManager<ShardedState>(dir / "run", {.read_only = true}).item_json(1, "config").at("lr") == 0.5);
+}
+
+TEST_CASE("mpi np2: keep_dataset_checkpoints across ranks: older steps lose every rank's dataset item, the steps stay") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  const std::string own = "dataset-" + std::to_string(world.rank());
+  const std::vector<std::string> all_items{"config", "dataset", "dataset-0", "dataset-1", "dataset-x"};
+  {
+    ckpt::mpi::CheckpointManager<ShardedState, ckpt::async_save> mgr(world, dir / "run",
+                                                                     {.keep_dataset_checkpoints = 2});
+    for (std::int64_t step = 1; step <= 4; ++step) {
+      ckpt::SaveArgs args;
+      args.items.emplace(own, ckpt::tree_item(Position{world.rank(), {step}}));  // this rank's position
+      args.items.emplace("dataset", ckpt::json_item({{"epoch", step}}));         // one every rank shares
+      args.items.emplace("dataset-x", ckpt::json_item(1));  // not a rank number: not a dataset item
+      args.items.emplace("config", ckpt::json_item({{"lr", 0.5}}));
+      CHECK(mgr.save(step, rows_of(8, 4, world.rank(), 2), {}, std::move(args)));
+    }
+    mgr.wait_until_finished();
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{1, 2, 3, 4});
+    CHECK(mgr.item_names(1) == std::vector<std::string>{"config", "dataset-x"});
+    CHECK(mgr.item_names(2) == std::vector<std::string>{"config", "dataset-x"});
+    CHECK(mgr.item_names(3) == all_items);
+    CHECK(mgr.item_names(4) == all_items);
+    CHECK(mgr.restore_item<Position>(3, "dataset-" + std::to_string(1 - world.rank())).offsets ==
+          std::vector<std::int64_t>{3});
+    CHECK_THROWS_AS(mgr.restore_item<Position>(2, own), ckpt::Error);
+  }
+  world.barrier();
+  on_rank0(world, [&] {  // on disk: the items' files are gone, the metadata no longer lists them
+    for (const char* step : {"1", "2"}) {
+      CHECK_FALSE(fs::exists(dir / "run" / step / "items/dataset-0"));
+      CHECK_FALSE(fs::exists(dir / "run" / step / "items/dataset-1"));
+      CHECK_FALSE(fs::exists(dir / "run" / step / "items/dataset.json"));
+      CHECK(fs::is_regular_file(dir / "run" / step / "items/config.json"));
+      const auto bytes = test::read_bytes(dir / "run" / step / "_CHECKPOINT_METADATA");
+      CHECK_FALSE(nlohmann::json::parse(bytes.begin(), bytes.end()).at("items").contains("dataset-0"));
+    }
+    CHECK(fs::is_directory(dir / "run/3/items/dataset-1"));
+  });
+  // a restarted job's manager sees the same, and the older steps still restore
+  ckpt::mpi::CheckpointManager<ShardedState> again(world, dir / "run");
+  CHECK(again.item_names(1) == std::vector<std::string>{"config", "dataset-x"});
+  CHECK(again.item_names(4) == all_items);
+  ShardedState back = rows_of(8, 4, world.rank(), 2);
+  back.w.local.fill(-1.0f);
+  again.restore_into(1, back);
+  CHECK(back.w.local == rows_of(8, 4, world.rank(), 2).w.local);
 }
 
 TEST_CASE("mpi np2: a SIGTERM on one rank makes every rank save at the same step") {

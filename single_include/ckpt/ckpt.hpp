@@ -8611,14 +8611,19 @@ class PreemptionWatch {
 }  // namespace ckpt::detail::manager
 // end ckpt/manager/preemption.hpp
 // begin ckpt/manager/step_deletion.hpp
-// ckpt/manager/step_deletion.hpp — deleting a step directory (delete_step, pruning).
+// ckpt/manager/step_deletion.hpp — deleting a step directory (delete_step, pruning), or
+// some of its items (keep_dataset_checkpoints).
 
 #include <sys/file.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <span>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 
 namespace ckpt::detail::manager {
@@ -8650,6 +8655,37 @@ inline void remove_step_dir(const std::filesystem::path& root, const std::string
   std::error_code ec;
   std::filesystem::remove_all(doomed, ec);
   if (ec) throw Error(doomed.string(), "", "cannot delete a pruned step: " + ec.message());
+}
+
+// Removes the items `names` from the committed step in dir. The step's metadata is
+// rewritten first (atomically, by rename), so that a crash in between leaves an unlisted
+// item directory, never a listed item that is gone; the step itself stays whole.
+inline void drop_step_items(const std::filesystem::path& dir, const std::vector<std::string>& names) {
+  const auto file = dir / step_metadata_file;
+  const auto bytes = io::read_file(file, max_step_metadata_bytes);
+  nlohmann::json j;
+  try {  // bounded: the file is untrusted (detail/untrusted.hpp)
+    j = ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dir.string(), "",
+                                 step_metadata_file);
+  } catch (const Error&) {  // unreadable: nothing to drop from it
+  }
+  if (j.is_object() && j.contains("items") && j["items"].is_object()) {
+    bool listed = false;
+    for (const auto& n : names) listed = j["items"].erase(n) > 0 || listed;
+    if (listed) {
+      const std::string text = j.dump(1);
+      const auto tmp = dir / (std::string(io::staging_prefix) + step_metadata_file + "-" + io::random_suffix());
+      io::write_file_synced(tmp, std::as_bytes(std::span(text)));
+      std::filesystem::rename(tmp, file);
+      io::sync_dir(dir);
+    }
+  }
+  std::error_code ec;
+  const auto base = dir / items_dir;
+  for (const auto& n : names) {
+    std::filesystem::remove_all(base / n, ec);
+    std::filesystem::remove(base / (n + ".json"), ec);
+  }
 }
 
 }  // namespace ckpt::detail::manager
@@ -9947,9 +9983,8 @@ class CheckpointManager {
     if (options_.keep_dataset_checkpoints) prune_dataset_items(*options_.keep_dataset_checkpoints);
   }
 
-  // Removes the dataset item from all but the newest `keep` steps holding it. The step's
-  // metadata is rewritten first (atomically, by rename), so that a crash in between
-  // leaves an unlisted item directory, never a listed item that is gone.
+  // Removes the dataset item from all but the newest `keep` steps holding it
+  // (drop_step_items: the step's metadata first, then the item's files).
   void prune_dataset_items(int keep) {
     std::vector<std::pair<std::int64_t, std::string>> holders;  // newest first
     {
@@ -9958,32 +9993,9 @@ class CheckpointManager {
         if (it->second.items.count(options_.dataset_item)) holders.emplace_back(it->first, it->second.name);
     }
     for (std::size_t i = static_cast<std::size_t>(keep); i < holders.size(); ++i) {
-      const auto dir = root_ / holders[i].second;
-      const auto file = dir / detail::manager::step_metadata_file;
-      const auto bytes = io::read_file(file, detail::manager::max_step_metadata_bytes);
-      nlohmann::json j;
-      try {  // bounded: the file is untrusted (detail/untrusted.hpp)
-        j = ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dir.string(), "",
-                                     detail::manager::step_metadata_file);
-      } catch (const Error&) {  // unreadable: nothing to drop from it
-      }
-      if (j.is_object() && j.contains("items") && j["items"].is_object() && j["items"].contains(options_.dataset_item)) {
-        j["items"].erase(options_.dataset_item);
-        const std::string text = j.dump(1);
-        const auto tmp = dir / (std::string(io::staging_prefix) + detail::manager::step_metadata_file + "-" +
-                                io::random_suffix());
-        io::write_file_synced(tmp, std::as_bytes(std::span(text)));
-        std::filesystem::rename(tmp, file);
-        io::sync_dir(dir);
-      }
-      {
-        std::lock_guard lock(mu_);
-        if (const auto it = steps_.find(holders[i].first); it != steps_.end()) it->second.items.erase(options_.dataset_item);
-      }
-      std::error_code ec;
-      const auto base = dir / detail::manager::items_dir;
-      std::filesystem::remove_all(base / options_.dataset_item, ec);
-      std::filesystem::remove(base / (options_.dataset_item + ".json"), ec);
+      detail::manager::drop_step_items(root_ / holders[i].second, {options_.dataset_item});
+      std::lock_guard lock(mu_);
+      if (const auto it = steps_.find(holders[i].first); it != steps_.end()) it->second.items.erase(options_.dataset_item);
     }
   }
 

@@ -1,4 +1,5 @@
-// ckpt/manager/step_deletion.hpp — deleting a step directory (delete_step, pruning).
+// ckpt/manager/step_deletion.hpp — deleting a step directory (delete_step, pruning), or
+// some of its items (keep_dataset_checkpoints).
 #pragma once
 
 #include <sys/file.h>
@@ -6,11 +7,18 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <span>
 #include <string>
+#include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include <ckpt/detail/untrusted.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/io/staging_dir.hpp>
+#include <ckpt/manager/items.hpp>
+#include <ckpt/manager/step_metadata.hpp>
 
 namespace ckpt::detail::manager {
 
@@ -41,6 +49,37 @@ inline void remove_step_dir(const std::filesystem::path& root, const std::string
   std::error_code ec;
   std::filesystem::remove_all(doomed, ec);
   if (ec) throw Error(doomed.string(), "", "cannot delete a pruned step: " + ec.message());
+}
+
+// Removes the items `names` from the committed step in dir. The step's metadata is
+// rewritten first (atomically, by rename), so that a crash in between leaves an unlisted
+// item directory, never a listed item that is gone; the step itself stays whole.
+inline void drop_step_items(const std::filesystem::path& dir, const std::vector<std::string>& names) {
+  const auto file = dir / step_metadata_file;
+  const auto bytes = io::read_file(file, max_step_metadata_bytes);
+  nlohmann::json j;
+  try {  // bounded: the file is untrusted (detail/untrusted.hpp)
+    j = ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dir.string(), "",
+                                 step_metadata_file);
+  } catch (const Error&) {  // unreadable: nothing to drop from it
+  }
+  if (j.is_object() && j.contains("items") && j["items"].is_object()) {
+    bool listed = false;
+    for (const auto& n : names) listed = j["items"].erase(n) > 0 || listed;
+    if (listed) {
+      const std::string text = j.dump(1);
+      const auto tmp = dir / (std::string(io::staging_prefix) + step_metadata_file + "-" + io::random_suffix());
+      io::write_file_synced(tmp, std::as_bytes(std::span(text)));
+      std::filesystem::rename(tmp, file);
+      io::sync_dir(dir);
+    }
+  }
+  std::error_code ec;
+  const auto base = dir / items_dir;
+  for (const auto& n : names) {
+    std::filesystem::remove_all(base / n, ec);
+    std::filesystem::remove(base / (n + ".json"), ec);
+  }
 }
 
 }  // namespace ckpt::detail::manager

@@ -20,8 +20,9 @@
 // rank 0 reads the event files and every rank ranks by its values. on_save: on every
 // rank, with that rank's figures (rank 0's go into _CHECKPOINT_METADATA). incremental
 // (native steps): each rank links the pieces it writes that the latest step holds
-// unchanged (mpi/save.hpp). Not across ranks yet, refused at construction:
-// keep_dataset_checkpoints.
+// unchanged (mpi/save.hpp). keep_dataset_checkpoints: the item `dataset_item` and the
+// per-rank items named `dataset_item-<rank>` ("dataset-3") are kept in the newest steps
+// only, as one process keeps `dataset_item`.
 //
 // Items (SaveArgs::items): each rank passes its own, and each rank writes the ones only
 // it has into the step's items/, before the commit; an item several ranks pass (a
@@ -30,6 +31,7 @@
 // any item back (restore_item, item_json: not collective).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -73,11 +75,6 @@ class CheckpointManager {
     const std::string name = root_.string();
     comm_.run(name, [&] {
       ckpt::detail::manager::validate(options_, root_);
-      const auto not_yet = [&](const char* what) {
-        throw Error(name, "", std::string("ManagerOptions: ") + what +
-                                  " is not built across ranks yet (ckpt::CheckpointManager, one process, has it)");
-      };
-      if (options_.keep_dataset_checkpoints) not_yet("keep_dataset_checkpoints");
       if constexpr (executor_policy_type::copies_state) {
         int provided = 0;
         MPI_Query_thread(&provided);
@@ -466,7 +463,48 @@ class CheckpointManager {
       if (comm.rank() == 0)
         for (const auto& n : doomed) ckpt::detail::manager::remove_step_dir(root_, options_.todelete_subdir, n);
     });
+    if (options_.keep_dataset_checkpoints) prune_dataset_items(comm, *options_.keep_dataset_checkpoints);
     if (options_.on_save) options_.on_save(job.stats);  // on every rank, its own figures
+  }
+
+  // keep_dataset_checkpoints across ranks. The dataset items are `dataset_item` (one
+  // every rank shares) and the per-rank ones, `dataset_item` + "-" + a rank number
+  // ("dataset-3"); all but the newest `keep` steps holding any of them lose them all.
+  // Every rank decides the same from the same records; rank 0 rewrites the steps'
+  // metadata and removes the items' files (drop_step_items).
+  bool is_dataset_item(const std::string& item) const {
+    const std::string& d = options_.dataset_item;
+    if (item == d) return true;
+    if (item.size() <= d.size() + 1 || item.compare(0, d.size(), d) != 0 || item[d.size()] != '-') return false;
+    return std::all_of(item.begin() + static_cast<std::ptrdiff_t>(d.size() + 1), item.end(),
+                       [](char c) { return c >= '0' && c <= '9'; });
+  }
+  void prune_dataset_items(const Comm& comm, int keep) {
+    struct Holder {
+      std::int64_t step;
+      std::string name;
+      std::vector<std::string> items;
+    };
+    std::vector<Holder> older;  // the holders past the newest `keep`
+    {
+      std::lock_guard lock(mu_);
+      int held = 0;
+      for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
+        Holder h{it->first, it->second.name, {}};
+        for (const auto& [item, kind] : it->second.items)
+          if (is_dataset_item(item)) h.items.push_back(item);
+        if (!h.items.empty() && held++ >= keep) older.push_back(std::move(h));
+      }
+    }
+    if (older.empty()) return;
+    comm.run(root_.string(), [&] {
+      if (comm.rank() == 0)
+        for (const Holder& h : older) ckpt::detail::manager::drop_step_items(root_ / h.name, h.items);
+    });
+    std::lock_guard lock(mu_);
+    for (const Holder& h : older)
+      if (const auto it = steps_.find(h.step); it != steps_.end())
+        for (const auto& item : h.items) it->second.items.erase(item);
   }
 
   Comm comm_;
