@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include <ckpt/error.hpp>
+#include <ckpt/tree/path.hpp>
 
 namespace ckpt::detail::mp {
 
@@ -117,8 +118,18 @@ class Reader {
     return r;
   }
 
+  // Names the leaf at `leaf` in errors from now on. It is kept by pointer (the caller
+  // keeps it alive while using this reader) and formatted only when an error is thrown:
+  // decoding a 20,000-leaf manifest would otherwise build 20,000 path strings.
+  void name_leaf(const Path& leaf) {
+    leaf_ = &leaf;
+    path_.clear();
+  }
+
   [[noreturn]] void fail(const std::string& what, const std::string& path = "") const {
-    throw CorruptCheckpointError(names_->checkpoint, path.empty() ? path_ : path, names_->context + ": " + what);
+    std::string where = path.empty() ? path_ : path;
+    if (where.empty() && leaf_) where = leaf_->empty() ? std::string("<root>") : leaf_->str();
+    throw CorruptCheckpointError(names_->checkpoint, where, names_->context + ": " + what);
   }
 
   const msgpack::object* find(const msgpack::object& map, std::string_view key) const {
@@ -135,9 +146,11 @@ class Reader {
     if (!v) fail("missing key \"" + std::string(key) + "\"");
     return *v;
   }
-  std::string str(const msgpack::object& o, std::string_view what) const {
-    if (o.type == msgpack::type::STR) return std::string(o.via.str.ptr, o.via.str.size);
-    if (o.type == msgpack::type::BIN) return std::string(o.via.bin.ptr, o.via.bin.size);
+  std::string str(const msgpack::object& o, std::string_view what) const { return std::string(view(o, what)); }
+  // The string's bytes where they lie (in the unpacked buffer): valid as long as it is.
+  std::string_view view(const msgpack::object& o, std::string_view what) const {
+    if (o.type == msgpack::type::STR) return {o.via.str.ptr, o.via.str.size};
+    if (o.type == msgpack::type::BIN) return {o.via.bin.ptr, o.via.bin.size};
     fail(std::string(what) + ": expected a string");
   }
   std::uint64_t u64(const msgpack::object& o, std::string_view what) const {
@@ -162,6 +175,7 @@ class Reader {
   explicit Reader(std::shared_ptr<const Names> names) : names_(std::move(names)) {}
   std::shared_ptr<const Names> names_;
   std::string path_;
+  const Path* leaf_ = nullptr;  // name_leaf
 };
 
 }  // namespace ckpt::detail::mp

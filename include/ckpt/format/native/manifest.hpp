@@ -278,19 +278,24 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
   std::vector<IndexEntry> entries;
   const auto& leaves = r.array(r.at(root, "leaves"), "leaves");
   entries.reserve(leaves.size);
+  detail::mp::Reader lr = r.at_path("");  // names each leaf in turn (name_leaf)
   for (const auto& l : leaves) {
     IndexEntry e;
+    const auto& segments = r.array(r.at(l, "path"), "path");
     std::vector<std::string> segs;
-    for (const auto& s : r.array(r.at(l, "path"), "path")) segs.push_back(r.str(s, "path segment"));
+    segs.reserve(segments.size);
+    for (const auto& s : segments) segs.emplace_back(r.view(s, "path segment"));
     e.path = Path(std::move(segs));
     // Every error after this point names the leaf, whatever field of it is wrong.
-    const detail::mp::Reader lr = r.at_path(e.path.empty() ? std::string("<root>") : e.path.str());
+    lr.name_leaf(e.path);
     auto fail = [&](const std::string& what) -> void { lr.fail(what); };
-    const std::string dt = lr.str(lr.at(l, "dtype"), "dtype");
+    const std::string_view dt = lr.view(lr.at(l, "dtype"), "dtype");
     const auto d = dtype_from_name(dt);
-    if (!d) fail("unknown dtype " + quote_for_message(dt));
+    if (!d) fail("unknown dtype " + quote_for_message(std::string(dt)));
     e.type = *d;
-    for (const auto& s : lr.array(lr.at(l, "shape"), "shape")) e.shape.push_back(lr.i64(s, "shape"));
+    const auto& dims = lr.array(lr.at(l, "shape"), "shape");
+    e.shape.reserve(dims.size);
+    for (const auto& s : dims) e.shape.push_back(lr.i64(s, "shape"));
     const std::int64_t count = element_count(e.shape);
     if (count < 0) fail("shape " + shape_str(e.shape) + " is invalid");
     e.offset = lr.u64(lr.at(l, "offset"), "offset");
@@ -299,7 +304,7 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
     if (is_numeric(e.type)) {
       if (static_cast<std::uint64_t>(count) > e.length / dtype_size(e.type) + 1 ||
           static_cast<std::uint64_t>(count) * dtype_size(e.type) != e.length)
-        fail("shape " + shape_str(e.shape) + " of " + dt + " needs " + std::to_string(count) + " elements but " +
+        fail("shape " + shape_str(e.shape) + " of " + std::string(dt) + " needs " + std::to_string(count) + " elements but " +
              std::to_string(e.length) + " bytes are recorded");
     } else if (e.type == dtype::none && e.length != 0) {
       fail("an empty node has bytes");
