@@ -3728,7 +3728,11 @@ concept format_policy =
 // format is always in the list, added when the list is first used; an interop format
 // registers itself by its header (one inline variable): a program that includes only
 // <ckpt/ckpt.hpp> knows the native format alone and compiles none of the interop readers;
-// <ckpt/formats.hpp> adds all of them.
+// <ckpt/formats.hpp> adds all of them. With CKPT_SEPARATE_COMPILATION those inline
+// variables are compiled out of the program's units (#if CKPT_DEFINE_API) and the
+// library registers every format once (src.hpp includes <ckpt/formats.hpp>): an inline
+// variable's initialiser instantiates the format's whole reader and writer in every
+// unit that includes the header, which is what separate compilation is there to avoid.
 //
 // Native is not registered by a static initialiser: that would make every unit that
 // includes ckpt compile the whole native reader and writer, whether it saves or not
@@ -8130,6 +8134,7 @@ class RootLock {
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -8467,6 +8472,33 @@ inline std::vector<retain::StepRecord> step_records(const StepMap& steps) {
   std::vector<retain::StepRecord> out;
   for (const auto& [step, info] : steps) out.push_back({step, info.time, info.metrics});
   return out;
+}
+
+// keep_dataset_checkpoints: the steps past the newest `keep` that hold a dataset item
+// (newest first), each with its dataset items, which is_dataset_item(name) picks out.
+// The manager drops them on disk (drop_step_items) and then from its map (forget_items).
+struct StepItems {
+  std::int64_t step = 0;
+  std::string name;
+  std::vector<std::string> items;
+};
+
+template <class IsDatasetItem>
+std::vector<StepItems> dataset_items_past(const StepMap& steps, int keep, IsDatasetItem&& is_dataset_item) {
+  std::vector<StepItems> older;
+  int held = 0;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    StepItems s{it->first, it->second.name, {}};
+    for (const auto& [item, kind] : it->second.items)
+      if (is_dataset_item(item)) s.items.push_back(item);
+    if (!s.items.empty() && held++ >= keep) older.push_back(std::move(s));
+  }
+  return older;
+}
+
+inline void forget_items(StepMap& steps, const StepItems& dropped) {
+  if (const auto it = steps.find(dropped.step); it != steps.end())
+    for (const auto& item : dropped.items) it->second.items.erase(item);
 }
 
 // The directory of the step to read (the newest when none is named), refusing one that
@@ -10004,16 +10036,16 @@ class CheckpointManager {
   // Removes the dataset item from all but the newest `keep` steps holding it
   // (drop_step_items: the step's metadata first, then the item's files).
   void prune_dataset_items(int keep) {
-    std::vector<std::pair<std::int64_t, std::string>> holders;  // newest first
+    std::vector<detail::manager::StepItems> older;
     {
       std::lock_guard lock(mu_);
-      for (auto it = steps_.rbegin(); it != steps_.rend(); ++it)
-        if (it->second.items.count(options_.dataset_item)) holders.emplace_back(it->first, it->second.name);
+      older = detail::manager::dataset_items_past(steps_, keep,
+                                                  [&](const std::string& item) { return item == options_.dataset_item; });
     }
-    for (std::size_t i = static_cast<std::size_t>(keep); i < holders.size(); ++i) {
-      detail::manager::drop_step_items(root_ / holders[i].second, {options_.dataset_item});
+    for (const auto& s : older) {
+      detail::manager::drop_step_items(root_ / s.name, s.items);
       std::lock_guard lock(mu_);
-      if (const auto it = steps_.find(holders[i].first); it != steps_.end()) it->second.items.erase(options_.dataset_item);
+      detail::manager::forget_items(steps_, s);
     }
   }
 
@@ -11927,10 +11959,7 @@ struct flax_msgpack {
     return detail::flax::open_msgpack(p, p.string(), "flax", {}, false, true);  // the caller's own path
   }
 };
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool flax_msgpack_registered = register_format<flax_msgpack>(40);
 #endif
 
@@ -13226,10 +13255,7 @@ struct basic_zarr_v2 {
   }
 };
 using zarr_v2 = basic_zarr_v2<>;
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool zarr_v2_registered = register_format<zarr_v2>(30);
 #endif
 
@@ -13500,10 +13526,7 @@ struct basic_t5x {
   }
 };
 using t5x = basic_t5x<>;
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool t5x_registered = register_format<t5x>(20);
 #endif
 
@@ -14509,10 +14532,7 @@ struct basic_orbax {
 using orbax = basic_orbax<>;
 // Orbax's older layout, `use_ocdbt=False`: one zarr directory per array.
 using orbax_without_ocdbt = basic_orbax<io::codec::zstd, 1, orbax_layout::directories>;
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool orbax_registered = register_format<orbax>(10);
 #endif
 
@@ -15113,10 +15133,7 @@ struct safetensors {
 
 // Before Orbax (10): a manager's step directory holds _CHECKPOINT_METADATA, which Orbax's
 // detection takes for its own; model.safetensors or its index is unambiguous.
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool safetensors_registered = register_format<safetensors>(5);
 #endif
 }  // namespace ckpt
@@ -15986,10 +16003,7 @@ struct tensorflow {
 static_assert(readable_format<tensorflow>);
 
 // After the formats that write (their directories may hold files named `checkpoint`).
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool tensorflow_registered = register_format<tensorflow>(50);
 #endif
 
@@ -16088,10 +16102,7 @@ struct zarr_v3 {
   }
 };
 static_assert(readable_format<zarr_v3>);
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool zarr_v3_registered = register_format<zarr_v3>(31);
 #endif
 

@@ -121,10 +121,7 @@ struct flax_msgpack {
     return detail::flax::open_msgpack(p, p.string(), "flax", {}, false, true);  // the caller's own path
   }
 };
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool flax_msgpack_registered = register_format<flax_msgpack>(40);
 #endif
 

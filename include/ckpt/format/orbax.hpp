@@ -540,10 +540,7 @@ struct basic_orbax {
 using orbax = basic_orbax<>;
 // Orbax's older layout, `use_ocdbt=False`: one zarr directory per array.
 using orbax_without_ocdbt = basic_orbax<io::codec::zstd, 1, orbax_layout::directories>;
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool orbax_registered = register_format<orbax>(10);
 #endif
 

@@ -5,7 +5,11 @@
 // format is always in the list, added when the list is first used; an interop format
 // registers itself by its header (one inline variable): a program that includes only
 // <ckpt/ckpt.hpp> knows the native format alone and compiles none of the interop readers;
-// <ckpt/formats.hpp> adds all of them.
+// <ckpt/formats.hpp> adds all of them. With CKPT_SEPARATE_COMPILATION those inline
+// variables are compiled out of the program's units (#if CKPT_DEFINE_API) and the
+// library registers every format once (src.hpp includes <ckpt/formats.hpp>): an inline
+// variable's initialiser instantiates the format's whole reader and writer in every
+// unit that includes the header, which is what separate compilation is there to avoid.
 //
 // Native is not registered by a static initialiser: that would make every unit that
 // includes ckpt compile the whole native reader and writer, whether it saves or not

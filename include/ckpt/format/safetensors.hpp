@@ -553,10 +553,7 @@ struct safetensors {
 
 // Before Orbax (10): a manager's step directory holds _CHECKPOINT_METADATA, which Orbax's
 // detection takes for its own; model.safetensors or its index is unambiguous.
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool safetensors_registered = register_format<safetensors>(5);
 #endif
 }  // namespace ckpt

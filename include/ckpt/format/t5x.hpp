@@ -215,10 +215,7 @@ struct basic_t5x {
   }
 };
 using t5x = basic_t5x<>;
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool t5x_registered = register_format<t5x>(20);
 #endif
 

@@ -45,10 +45,7 @@ struct tensorflow {
 static_assert(readable_format<tensorflow>);
 
 // After the formats that write (their directories may hold files named `checkpoint`).
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool tensorflow_registered = register_format<tensorflow>(50);
 #endif
 

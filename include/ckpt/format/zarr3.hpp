@@ -97,10 +97,7 @@ struct zarr_v3 {
   }
 };
 static_assert(readable_format<zarr_v3>);
-// Header-only mode registers the format here; with CKPT_SEPARATE_COMPILATION the
-// library does (src.hpp includes every format), so a unit that includes this header
-// does not compile the whole reader and writer just to register them.
-#if CKPT_DEFINE_API
+#if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool zarr_v3_registered = register_format<zarr_v3>(31);
 #endif
 

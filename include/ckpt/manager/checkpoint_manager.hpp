@@ -436,16 +436,16 @@ class CheckpointManager {
   // Removes the dataset item from all but the newest `keep` steps holding it
   // (drop_step_items: the step's metadata first, then the item's files).
   void prune_dataset_items(int keep) {
-    std::vector<std::pair<std::int64_t, std::string>> holders;  // newest first
+    std::vector<detail::manager::StepItems> older;
     {
       std::lock_guard lock(mu_);
-      for (auto it = steps_.rbegin(); it != steps_.rend(); ++it)
-        if (it->second.items.count(options_.dataset_item)) holders.emplace_back(it->first, it->second.name);
+      older = detail::manager::dataset_items_past(steps_, keep,
+                                                  [&](const std::string& item) { return item == options_.dataset_item; });
     }
-    for (std::size_t i = static_cast<std::size_t>(keep); i < holders.size(); ++i) {
-      detail::manager::drop_step_items(root_ / holders[i].second, {options_.dataset_item});
+    for (const auto& s : older) {
+      detail::manager::drop_step_items(root_ / s.name, s.items);
       std::lock_guard lock(mu_);
-      if (const auto it = steps_.find(holders[i].first); it != steps_.end()) it->second.items.erase(options_.dataset_item);
+      detail::manager::forget_items(steps_, s);
     }
   }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -137,6 +138,33 @@ inline std::vector<retain::StepRecord> step_records(const StepMap& steps) {
   std::vector<retain::StepRecord> out;
   for (const auto& [step, info] : steps) out.push_back({step, info.time, info.metrics});
   return out;
+}
+
+// keep_dataset_checkpoints: the steps past the newest `keep` that hold a dataset item
+// (newest first), each with its dataset items, which is_dataset_item(name) picks out.
+// The manager drops them on disk (drop_step_items) and then from its map (forget_items).
+struct StepItems {
+  std::int64_t step = 0;
+  std::string name;
+  std::vector<std::string> items;
+};
+
+template <class IsDatasetItem>
+std::vector<StepItems> dataset_items_past(const StepMap& steps, int keep, IsDatasetItem&& is_dataset_item) {
+  std::vector<StepItems> older;
+  int held = 0;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    StepItems s{it->first, it->second.name, {}};
+    for (const auto& [item, kind] : it->second.items)
+      if (is_dataset_item(item)) s.items.push_back(item);
+    if (!s.items.empty() && held++ >= keep) older.push_back(std::move(s));
+  }
+  return older;
+}
+
+inline void forget_items(StepMap& steps, const StepItems& dropped) {
+  if (const auto it = steps.find(dropped.step); it != steps.end())
+    for (const auto& item : dropped.items) it->second.items.erase(item);
 }
 
 // The directory of the step to read (the newest when none is named), refusing one that

@@ -480,31 +480,19 @@ class CheckpointManager {
                        [](char c) { return c >= '0' && c <= '9'; });
   }
   void prune_dataset_items(const Comm& comm, int keep) {
-    struct Holder {
-      std::int64_t step;
-      std::string name;
-      std::vector<std::string> items;
-    };
-    std::vector<Holder> older;  // the holders past the newest `keep`
+    std::vector<ckpt::detail::manager::StepItems> older;
     {
       std::lock_guard lock(mu_);
-      int held = 0;
-      for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
-        Holder h{it->first, it->second.name, {}};
-        for (const auto& [item, kind] : it->second.items)
-          if (is_dataset_item(item)) h.items.push_back(item);
-        if (!h.items.empty() && held++ >= keep) older.push_back(std::move(h));
-      }
+      older = ckpt::detail::manager::dataset_items_past(steps_, keep,
+                                                        [&](const std::string& item) { return is_dataset_item(item); });
     }
     if (older.empty()) return;
     comm.run(root_.string(), [&] {
       if (comm.rank() == 0)
-        for (const Holder& h : older) ckpt::detail::manager::drop_step_items(root_ / h.name, h.items);
+        for (const auto& s : older) ckpt::detail::manager::drop_step_items(root_ / s.name, s.items);
     });
     std::lock_guard lock(mu_);
-    for (const Holder& h : older)
-      if (const auto it = steps_.find(h.step); it != steps_.end())
-        for (const auto& item : h.items) it->second.items.erase(item);
+    for (const auto& s : older) ckpt::detail::manager::forget_items(steps_, s);
   }
 
   Comm comm_;
