@@ -6,8 +6,6 @@
 // target, hashing each piece while it is still in cache.
 #pragma once
 
-#include <fcntl.h>
-
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -125,10 +123,12 @@ class Reader final : public IndexReader {
         (dst.size() % chunk != 0 && offset + dst.size() != e.length))
       throw Error(index.checkpoint(), e.path.str(), "a part read not on chunk boundaries");
     const auto& [f, name] = files_.at(e.file);
-    // Ask the kernel for the whole part now: several threads read parts of one file,
-    // which per-file sequential readahead alone would not see coming.
-    (void)::posix_fadvise(f.fd(), static_cast<off_t>(e.offset + offset), static_cast<off_t>(dst.size()),
-                          POSIX_FADV_WILLNEED);
+    // No posix_fadvise(WILLNEED) here, though several threads read parts of one file:
+    // with it (Linux 6.18, ext4), cold restores ran at 0.4x a plain read() and every
+    // later warm restore of the same pages at 0.64x, against 0.8-0.9x and 0.95-1.1x
+    // without it (docs/benchmarks.md). The likely cause is that WILLNEED fills the
+    // cache in small pages where the kernel's own readahead, which follows each
+    // thread's sequential part, allocates large folios.
     for (std::size_t done = 0; done < dst.size(); done += chunk) {
       const auto part = dst.subspan(done, std::min<std::size_t>(chunk, dst.size() - done));
       try {
