@@ -683,6 +683,52 @@ TEST_CASE("bad input: hostile manifests with wrong types and values") {
   }
 }
 
+// The manifest is read key by key from its bytes (detail::mp::MapFields), not through
+// msgpack-cxx's object tree; what a reader of the tree accepted, it accepts: keys in
+// any order, keys it does not know (with nested values) and keys that are not strings
+// stepped over, the first of two equal keys taken.
+TEST_CASE("native manifest: keys in any order, unknown and repeated keys") {
+  test::TempDir t;
+  const fs::path dir = save_small(t);
+  const Bytes original = file_bytes(dir / "manifest");
+  msgpack::object_handle oh = msgpack::unpack(original.data(), original.size());
+  const auto reversed = [](Pk& pk, const msgpack::object& map, auto&& value) {
+    const auto& m = map.via.map;
+    pk.pack_map(m.size + 3);
+    pk.pack(7);  // a key that is not a string
+    pk.pack_array(2);
+    pk.pack(1);
+    pk.pack_nil();
+    pstr(pk, "from_a_later_version");
+    pk.pack_map(1);
+    pstr(pk, "nested");
+    pk.pack_array(1);
+    pk.pack(1.5);
+    for (std::uint32_t i = m.size; i-- > 0;) {
+      pk.pack(m.ptr[i].key);
+      value(pk, m.ptr[i]);
+    }
+    pstr(pk, "format");  // a second "format": the first one counts
+    pstr(pk, "not-ckpt");
+  };
+  msgpack::sbuffer b;
+  Pk pk(b);
+  reversed(pk, oh.get(), [&](Pk& p, const msgpack::object_kv& kv) {
+    if (kv.key.as<std::string>() != "leaves") return p.pack(kv.val), void();
+    p.pack_array(kv.val.via.array.size);
+    for (std::uint32_t i = 0; i < kv.val.via.array.size; ++i)
+      reversed(p, kv.val.via.array.ptr[i], [](Pk& q, const msgpack::object_kv& leaf_kv) { q.pack(leaf_kv.val); });
+  });
+  const ckpt::IndexInfo before = ckpt::open_index(dir)->info();
+  set_manifest(dir, bytes_of(b));
+  CHECK(same(ckpt::restore<Small>(dir), make_small()));
+  const ckpt::IndexInfo after = ckpt::open_index(dir)->info();
+  CHECK(after.format == "ckpt-native");
+  CHECK(after.type_name == before.type_name);
+  CHECK(after.fingerprint == before.fingerprint);
+  CHECK(after.schema == before.schema);
+}
+
 TEST_CASE("bad input: msgpack headers claiming more than the file holds") {
   test::TempDir t;
   const fs::path dir = t / "ck";

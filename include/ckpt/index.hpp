@@ -5,6 +5,7 @@
 // supplies the one thing that differs, an IndexReader that fetches a leaf's bytes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -187,6 +188,12 @@ class Index {
   // a subtree is a range. A sorted vector rather than a map: no copy of any path, and
   // opening 20,000 leaves builds it in one sort instead of 20,000 node allocations.
   std::vector<std::uint32_t> sorted_;
+  // Where find() looks first: the entry after the one it found last. A restore walks
+  // its target in the order the writer walked the same struct, which is the entries'
+  // order, so most lookups cost one path comparison instead of a binary search (20,000
+  // leaves: 15 comparisons each, 5% of a restore). Only a hint: threads that race on it
+  // lose nothing but the shortcut.
+  mutable std::atomic<std::uint32_t> find_hint_{0};
   std::shared_ptr<const IndexReader> reader_;
   std::shared_ptr<const void> keep_alive_;
 };
@@ -241,8 +248,15 @@ CKPT_API std::vector<std::uint32_t>::const_iterator Index::lower_bound(const std
 }
 
 CKPT_API const IndexEntry* Index::find(const Path& p) const {
+  const std::uint32_t hint = find_hint_.load(std::memory_order_relaxed);
+  if (hint < entries_.size() && segments(hint) == p.segments()) {  // paths are unique (checked above)
+    find_hint_.store(hint + 1, std::memory_order_relaxed);
+    return &entries_[hint];
+  }
   auto it = lower_bound(p.segments());
-  return it != sorted_.end() && segments(*it) == p.segments() ? &entries_[*it] : nullptr;
+  if (it == sorted_.end() || segments(*it) != p.segments()) return nullptr;
+  find_hint_.store(*it + 1, std::memory_order_relaxed);
+  return &entries_[*it];
 }
 
 CKPT_API bool Index::has_subtree(const Path& p) const {

@@ -282,8 +282,7 @@ inline std::shared_ptr<const Index> open(const Location& loc) {
   check_manifest(*manifest, commit, ckpt);
 
   IndexInfo info;
-  auto parsed = std::make_shared<msgpack::object_handle>();
-  std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info, *parsed);
+  std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
   // The data objects' sizes, asked for all at once (one request each).
   std::map<std::string, std::optional<std::uint64_t>> sizes;
   for (const auto& e : entries)
@@ -315,8 +314,8 @@ inline std::shared_ptr<const Index> open(const Location& loc) {
                                    "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
                                        ") lie outside " + e.file + " (" + std::to_string(size) + " bytes; truncated?)");
   }
-  auto keep = std::make_shared<std::pair<decltype(manifest), decltype(parsed)>>(manifest, parsed);
-  return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries), std::make_shared<ObjectReader>(loc), keep);
+  // The entries' inline spans point into the manifest's bytes, which the Index keeps alive.
+  return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries), std::make_shared<ObjectReader>(loc), manifest);
 }
 
 }  // namespace native_objects

@@ -14,11 +14,13 @@
 // altered manifest is detected before it is parsed.
 #pragma once
 
+#include <array>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ckpt/detail/msgpack.hpp>
@@ -188,53 +190,84 @@ inline void check_manifest(std::span<const std::byte> manifest, const CommitReco
     throw CorruptCheckpointError(checkpoint, "", "manifest checksum mismatch: the manifest was altered or torn");
 }
 
+// The keys a decoder reads, in MapFields' order. A leaf's and a box's share the first
+// six, the storage fields, which decode_storage reads from either.
+namespace keys {
+enum : std::size_t { file, offset, length, xxh3, inline_bytes, codec };
+enum : std::size_t { path = codec + 1, dtype, shape, chunk_bytes, chunk_xxh3, boxes };
+enum : std::size_t { origin = codec + 1, box_shape, ranks, pieces };
+inline constexpr detail::mp::KeyNames<12> leaf(std::array<std::string_view, 12>{
+    "file", "offset", "length", "xxh3", "inline", "codec", "path", "dtype", "shape", "chunk_bytes", "chunk_xxh3", "boxes"});
+inline constexpr detail::mp::KeyNames<10> box(std::array<std::string_view, 10>{
+    "file", "offset", "length", "xxh3", "inline", "codec", "origin", "shape", "ranks", "pieces"});
+enum : std::size_t { format, format_version, processes, library_version, type, fingerprint, schema, leaves };
+inline constexpr detail::mp::KeyNames<8> root(std::array<std::string_view, 8>{
+    "format", "format_version", "processes", "library_version", "type", "fingerprint", "schema", "leaves"});
+}  // namespace keys
+
+// The little-endian u64s of a binary (chunk or piece checksums).
+inline std::vector<std::uint64_t> le_u64s(std::span<const std::byte> b) {
+  std::vector<std::uint64_t> v(b.size() / 8);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    for (std::size_t k = 0; k < 8; ++k) v[i] |= std::uint64_t{static_cast<unsigned char>(b[i * 8 + k])} << (8 * k);
+  return v;
+}
+
 // The storage fields of a leaf or a box (file or inline bytes), checked.
-inline void decode_storage(const detail::mp::Reader& lr, const msgpack::object& l, IndexEntry& e) {
-  const msgpack::object& file = lr.at(l, "file");
-  if (file.type == msgpack::type::NIL) {
-    const msgpack::object& in = lr.at(l, "inline");
-    if (in.type != msgpack::type::BIN || in.via.bin.size != e.length) lr.fail("inline bytes do not match the length");
-    e.inline_bytes = {reinterpret_cast<const std::byte*>(in.via.bin.ptr), in.via.bin.size};
+template <std::size_t N>
+void decode_storage(detail::mp::MapFields<N>& f, IndexEntry& e) {
+  detail::mp::Cursor& file = f.at(keys::file);
+  const detail::mp::Reader& lr = file.reader();
+  if (file.next_is_nil()) {
+    const std::string_view in = f.at(keys::inline_bytes).string_if(false, true);
+    if (!in.data() || in.size() != e.length) lr.fail("inline bytes do not match the length");
+    e.inline_bytes = {reinterpret_cast<const std::byte*>(in.data()), in.size()};
   } else {
-    e.file = lr.str(file, "file");
+    e.file = file.str("file");
     if (!is_data_file_name(e.file)) lr.fail("data file name " + quote_for_message(e.file) + " is not one ckpt writes");
-    if (const auto* c = lr.find(l, "codec")) e.codec = lr.str(*c, "codec");
+    if (auto* c = f.find(keys::codec)) e.codec = c->str("codec");
     if (e.codec != "raw") lr.fail("codec " + quote_for_message(e.codec) + " is not supported");
   }
 }
 
 // A boxed leaf's boxes: each inside the global shape, its bytes matching its shape.
-inline void decode_boxes(const detail::mp::Reader& lr, const msgpack::object& boxes, IndexEntry& e) {
+inline void decode_boxes(detail::mp::Cursor& c, IndexEntry& e) {
+  const detail::mp::Reader& lr = c.reader();
   if (!is_numeric(e.type)) lr.fail("only numeric arrays can be stored as boxes");
-  for (const auto& bo : lr.array(boxes, "boxes")) {
+  const std::uint32_t n = c.array("boxes");
+  for (std::uint32_t i = 0; i < n; ++i) {
+    detail::mp::MapFields f(c, keys::box);
     IndexBox b;
     b.bytes.path = e.path;
     b.bytes.type = e.type;
-    for (const auto& d : lr.array(lr.at(bo, "origin"), "box origin")) b.origin.push_back(lr.i64(d, "box origin"));
-    for (const auto& d : lr.array(lr.at(bo, "shape"), "box shape")) b.bytes.shape.push_back(lr.i64(d, "box shape"));
+    {
+      auto& o = f.at(keys::origin);
+      for (std::uint32_t k = 0, dims = o.array("box origin"); k < dims; ++k) b.origin.push_back(o.i64("box origin"));
+    }
+    {
+      auto& sh = f.at(keys::box_shape);
+      for (std::uint32_t k = 0, dims = sh.array("box shape"); k < dims; ++k) b.bytes.shape.push_back(sh.i64("box shape"));
+    }
     if (b.origin.size() != e.shape.size() || b.bytes.shape.size() != e.shape.size())
       lr.fail("a box's rank is not the array's");
     for (std::size_t k = 0; k < e.shape.size(); ++k)
       if (b.origin[k] < 0 || b.bytes.shape[k] < 0 || b.bytes.shape[k] > e.shape[k] || b.origin[k] > e.shape[k] - b.bytes.shape[k])
         lr.fail("box at " + shape_str(b.origin) + " of shape " + shape_str(b.bytes.shape) + " lies outside the shape " +
                 shape_str(e.shape));
-    b.bytes.offset = lr.u64(lr.at(bo, "offset"), "offset");
-    b.bytes.length = lr.u64(lr.at(bo, "length"), "length");
-    b.bytes.checksum = lr.u64(lr.at(bo, "xxh3"), "xxh3");
+    b.bytes.offset = f.at(keys::offset).u64("offset");
+    b.bytes.length = f.at(keys::length).u64("length");
+    b.bytes.checksum = f.at(keys::xxh3).u64("xxh3");
     if (detail::box_elements(b.bytes.shape) * dtype_size(e.type) != b.bytes.length)
       lr.fail("box of shape " + shape_str(b.bytes.shape) + " records " + std::to_string(b.bytes.length) + " bytes");
-    if (const auto* rk = lr.find(bo, "ranks"))
-      for (const auto& x : lr.array(*rk, "ranks")) b.ranks.push_back(static_cast<std::uint32_t>(lr.u64(x, "rank")));
-    if (const auto* pc = lr.find(bo, "pieces")) {
-      if (pc->type != msgpack::type::BIN || pc->via.bin.size % 8 != 0) lr.fail("box pieces must be binary");
-      const auto* p = reinterpret_cast<const unsigned char*>(pc->via.bin.ptr);
-      for (std::uint32_t i = 0; i < pc->via.bin.size; i += 8) {
-        std::uint64_t h = 0;
-        for (int k = 7; k >= 0; --k) h = (h << 8) | p[i + static_cast<std::uint32_t>(k)];
-        b.pieces.push_back(h);
-      }
+    if (auto* rk = f.find(keys::ranks))
+      for (std::uint32_t k = 0, count = rk->array("ranks"); k < count; ++k)
+        b.ranks.push_back(static_cast<std::uint32_t>(rk->u64("rank")));
+    if (auto* pc = f.find(keys::pieces)) {
+      const std::string_view bin = pc->string_if(false, true);
+      if (!bin.data() || bin.size() % 8 != 0) lr.fail("box pieces must be binary");
+      b.pieces = le_u64s(std::as_bytes(std::span(bin)));
     }
-    decode_storage(lr, bo, b.bytes);
+    decode_storage(f, b.bytes);
     // Writers since format v2's chunk checksums hash a box larger than a chunk chunk by
     // chunk, like any leaf: its xxh3 is then that of its pieces' checksums, which are its
     // chunk checksums, and a read of the whole box verifies it chunk by chunk. (Boxes
@@ -245,95 +278,112 @@ inline void decode_boxes(const detail::mp::Reader& lr, const msgpack::object& bo
       b.bytes.chunk_xxh3 = b.pieces;
     }
     e.boxes.push_back(std::move(b));
+    f.finish();
   }
 }
 
 // Parses a manifest already checked against the commit marker; still validates every
-// field, since the marker only proves the manifest is the one the writer wrote. The
-// parsed objects (and the entries' inline bytes) point into `bytes`: the caller keeps
-// both `bytes` and `keep` alive as long as the entries.
+// field, since the marker only proves the manifest is the one the writer wrote. Read
+// with a Cursor, straight from the bytes: the entries' inline bytes point into `bytes`,
+// which the caller keeps alive as long as the entries.
 inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint,
-                                               IndexInfo& info, msgpack::object_handle& keep) {
-  keep = detail::mp::unpack_untrusted(reinterpret_cast<const char*>(bytes.data()), bytes.size(), checkpoint,
-                                      "manifest", true);
+                                               IndexInfo& info) {
+  if (const std::string bad = detail::mp::check_msgpack_counts(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+      !bad.empty())
+    throw CorruptCheckpointError(checkpoint, "", "manifest: malformed msgpack: " + bad);
   const detail::mp::Reader r(checkpoint, "manifest");
-  const msgpack::object& root = keep.get();
-  info.format = r.str(r.at(root, "format"), "format");
+  detail::mp::Cursor c(bytes, r);
+  detail::mp::MapFields root(c, keys::root);
+  info.format = root.at(keys::format).str("format");
   if (info.format != format_name) r.fail("format is " + quote_for_message(info.format) + ", not " + format_name);
-  info.format_version = r.u64(r.at(root, "format_version"), "format_version");
+  info.format_version = root.at(keys::format_version).u64("format_version");
   if (info.format_version > format_version)
     r.fail("format version " + std::to_string(info.format_version) + " is newer than this library reads (" +
            std::to_string(format_version) + ")");
-  if (const auto* p = r.find(root, "processes")) info.processes = r.u64(*p, "processes");
-  info.library_version = r.str(r.at(root, "library_version"), "library_version");
-  info.type_name = r.str(r.at(root, "type"), "type");
-  info.fingerprint = r.u64(r.at(root, "fingerprint"), "fingerprint");
-  for (const auto& s : r.array(r.at(root, "schema"), "schema")) {
-    const auto& a = r.array(s, "schema entry");
-    if (a.size != 3) r.fail("schema entry must have 3 items");
-    info.schema.push_back({r.str(a.ptr[0], "schema path"), r.str(a.ptr[1], "schema dtype"),
-                           static_cast<int>(r.i64(a.ptr[2], "schema rank"))});
+  info.library_version = root.at(keys::library_version).str("library_version");
+  info.type_name = root.at(keys::type).str("type");
+  info.fingerprint = root.at(keys::fingerprint).u64("fingerprint");
+  {
+    auto& sc = root.at(keys::schema);
+    for (std::uint32_t i = 0, n = sc.array("schema"); i < n; ++i) {
+      if (sc.array("schema entry") != 3) r.fail("schema entry must have 3 items");
+      std::string path(sc.str("schema path"));
+      std::string dtype(sc.str("schema dtype"));
+      info.schema.push_back({std::move(path), std::move(dtype), static_cast<int>(sc.i64("schema rank"))});
+    }
   }
 
   std::vector<IndexEntry> entries;
-  const auto& leaves = r.array(r.at(root, "leaves"), "leaves");
-  entries.reserve(leaves.size);
+  const std::uint32_t count = root.at(keys::leaves).array("leaves");
+  entries.reserve(count);
   detail::mp::Reader lr = r.at_path("");  // names each leaf in turn (name_leaf)
-  for (const auto& l : leaves) {
+  for (std::uint32_t i = 0; i < count; ++i) {
+    c.use(r);
+    detail::mp::MapFields l(c, keys::leaf);
     IndexEntry e;
-    const auto& segments = r.array(r.at(l, "path"), "path");
-    std::vector<std::string> segs;
-    segs.reserve(segments.size);
-    for (const auto& s : segments) segs.emplace_back(r.view(s, "path segment"));
-    e.path = Path(std::move(segs));
+    {
+      auto& segments = l.at(keys::path);
+      std::vector<std::string> segs(segments.array("path"));
+      for (auto& seg : segs) seg = segments.str("path segment");
+      e.path = Path(std::move(segs));
+    }
     // Every error after this point names the leaf, whatever field of it is wrong.
     lr.name_leaf(e.path);
+    c.use(lr);
     auto fail = [&](const std::string& what) -> void { lr.fail(what); };
-    const std::string_view dt = lr.view(lr.at(l, "dtype"), "dtype");
+    const std::string_view dt = l.at(keys::dtype).str("dtype");
     const auto d = dtype_from_name(dt);
     if (!d) fail("unknown dtype " + quote_for_message(std::string(dt)));
     e.type = *d;
-    const auto& dims = lr.array(lr.at(l, "shape"), "shape");
-    e.shape.reserve(dims.size);
-    for (const auto& s : dims) e.shape.push_back(lr.i64(s, "shape"));
-    const std::int64_t count = element_count(e.shape);
-    if (count < 0) fail("shape " + shape_str(e.shape) + " is invalid");
-    e.offset = lr.u64(lr.at(l, "offset"), "offset");
-    e.length = lr.u64(lr.at(l, "length"), "length");
-    e.checksum = lr.u64(lr.at(l, "xxh3"), "xxh3");
+    {
+      auto& dims = l.at(keys::shape);
+      const std::uint32_t rank = dims.array("shape");
+      e.shape.reserve(std::min<std::size_t>(rank, dims.left()));
+      for (std::uint32_t k = 0; k < rank; ++k) e.shape.push_back(dims.i64("shape"));
+    }
+    const std::int64_t elements = element_count(e.shape);
+    if (elements < 0) fail("shape " + shape_str(e.shape) + " is invalid");
+    e.offset = l.at(keys::offset).u64("offset");
+    e.length = l.at(keys::length).u64("length");
+    e.checksum = l.at(keys::xxh3).u64("xxh3");
     if (is_numeric(e.type)) {
-      if (static_cast<std::uint64_t>(count) > e.length / dtype_size(e.type) + 1 ||
-          static_cast<std::uint64_t>(count) * dtype_size(e.type) != e.length)
-        fail("shape " + shape_str(e.shape) + " of " + std::string(dt) + " needs " + std::to_string(count) + " elements but " +
-             std::to_string(e.length) + " bytes are recorded");
+      if (static_cast<std::uint64_t>(elements) > e.length / dtype_size(e.type) + 1 ||
+          static_cast<std::uint64_t>(elements) * dtype_size(e.type) != e.length)
+        fail("shape " + shape_str(e.shape) + " of " + std::string(dt) + " needs " + std::to_string(elements) +
+             " elements but " + std::to_string(e.length) + " bytes are recorded");
     } else if (e.type == dtype::none && e.length != 0) {
       fail("an empty node has bytes");
     } else if (e.type == dtype::string && !e.shape.empty()) {
       fail("string leaves must be scalars");
     }
-    if (const msgpack::object* boxes = lr.find(l, "boxes")) {
-      decode_boxes(lr, *boxes, e);
+    if (auto* boxes = l.find(keys::boxes)) {
+      decode_boxes(*boxes, e);
       entries.push_back(std::move(e));
+      l.finish();
       continue;
     }
-    decode_storage(lr, l, e);
-    if (const auto* c = lr.find(l, "chunk_xxh3")) {  // version 2: per-chunk checksums
+    decode_storage(l, e);
+    if (auto* ch = l.find(keys::chunk_xxh3)) {  // version 2: per-chunk checksums
       if (info.format_version < 2) fail("chunk_xxh3 in a version 1 manifest");
       if (e.file.empty()) fail("an inline leaf has chunk checksums");
-      e.chunk_bytes = lr.u64(lr.at(l, "chunk_bytes"), "chunk_bytes");
+      const std::string_view bin = ch->string_if(false, true);
+      e.chunk_bytes = l.at(keys::chunk_bytes).u64("chunk_bytes");
       if (e.chunk_bytes < 4096 || e.chunk_bytes > (std::uint64_t{1} << 30) || (e.chunk_bytes & (e.chunk_bytes - 1)))
         fail("chunk_bytes " + std::to_string(e.chunk_bytes) + " is not a power of two in [4 KiB, 1 GiB]");
       const std::uint64_t n = (e.length + e.chunk_bytes - 1) / e.chunk_bytes;
-      if (c->type != msgpack::type::BIN || c->via.bin.size != n * 8)
+      if (!bin.data() || bin.size() != n * 8)
         fail("chunk_xxh3 must hold " + std::to_string(n) + " checksums for " + std::to_string(e.length) + " bytes");
-      const auto* p = reinterpret_cast<const unsigned char*>(c->via.bin.ptr);
-      e.chunk_xxh3.resize(static_cast<std::size_t>(n));
-      for (std::size_t i = 0; i < e.chunk_xxh3.size(); ++i)
-        for (int k = 0; k < 8; ++k) e.chunk_xxh3[i] |= std::uint64_t{p[i * 8 + static_cast<std::size_t>(k)]} << (8 * k);
+      e.chunk_xxh3 = le_u64s(std::as_bytes(std::span(bin)));
       if (chunk_list_xxh3(e.chunk_xxh3) != e.checksum) fail("chunk checksums do not match the leaf's xxh3");
     }
     entries.push_back(std::move(e));
+    l.finish();
   }
+  root.read_past(keys::leaves);
+  // Looked up after the leaves: writers put it before them, and an absent key is looked
+  // for to the map's end, which would step over every leaf first.
+  if (auto* p = root.find(keys::processes)) info.processes = p->u64("processes");
+  root.finish();
   return entries;
 }
 

@@ -190,8 +190,7 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
   check_manifest(*manifest, commit, ckpt);
 
   IndexInfo info;
-  auto parsed = std::make_shared<msgpack::object_handle>();
-  std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info, *parsed);
+  std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
 
   std::map<std::string, io::File> files;
   std::map<std::string, std::uint64_t> sizes;
@@ -219,10 +218,9 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
                                    "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
                                        ") lie outside " + e.file + " (" + std::to_string(size) + " bytes; truncated?)");
   }
-  // The entries' inline spans point into the parsed msgpack zone, which the Index keeps alive.
-  auto keep = std::make_shared<std::pair<decltype(manifest), decltype(parsed)>>(manifest, parsed);
+  // The entries' inline spans point into the manifest's bytes, which the Index keeps alive.
   return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries),
-                                       std::make_shared<Reader>(dir, std::move(files)), keep);
+                                       std::make_shared<Reader>(dir, std::move(files)), manifest);
 }
 
 }  // namespace ckpt::native_format
