@@ -117,6 +117,14 @@ struct Snapshot {
 };
 
 namespace detail {
+// Counts what SnapshotBuilder will push, so that the leaves are allocated once: 20,000
+// leaves grown by doubling moved every leaf about twice, into fresh pages each time.
+struct LeafCounter {
+  std::size_t n = 0;
+  template <class U>
+  void leaf(const Path&, const U&) { ++n; }
+  void none(const Path&) { ++n; }
+};
 struct SnapshotBuilder {
   Snapshot& out;
   template <class U>
@@ -134,8 +142,11 @@ Snapshot take_snapshot(const T& value) {
   s.type_name = std::string(detail::type_name<T>());
   s.schema = schema_of<T>();
   s.fingerprint = schema_fingerprint(s.schema);
-  detail::SnapshotBuilder b{s};
   Path p;
+  detail::LeafCounter count;
+  walk(value, p, count);
+  s.leaves.reserve(count.n);
+  detail::SnapshotBuilder b{s};
   walk(value, p, b);
   return s;
 }

@@ -3240,6 +3240,14 @@ struct Snapshot {
 };
 
 namespace detail {
+// Counts what SnapshotBuilder will push, so that the leaves are allocated once: 20,000
+// leaves grown by doubling moved every leaf about twice, into fresh pages each time.
+struct LeafCounter {
+  std::size_t n = 0;
+  template <class U>
+  void leaf(const Path&, const U&) { ++n; }
+  void none(const Path&) { ++n; }
+};
 struct SnapshotBuilder {
   Snapshot& out;
   template <class U>
@@ -3257,8 +3265,11 @@ Snapshot take_snapshot(const T& value) {
   s.type_name = std::string(detail::type_name<T>());
   s.schema = schema_of<T>();
   s.fingerprint = schema_fingerprint(s.schema);
-  detail::SnapshotBuilder b{s};
   Path p;
+  detail::LeafCounter count;
+  walk(value, p, count);
+  s.leaves.reserve(count.n);
+  detail::SnapshotBuilder b{s};
   walk(value, p, b);
   return s;
 }
@@ -4348,9 +4359,23 @@ inline std::uint64_t chunk_list_xxh3(const std::vector<std::uint64_t>& chunks) {
   return io::xxh3(b);
 }
 
+// The manifest is packed straight into the vector it is returned in, reserved for its
+// size (inline bytes, plus about 160 bytes a leaf): a msgpack::sbuffer copied out at the
+// end was 2 MB more to allocate, touch and copy for 20,000 leaves.
+struct ManifestBuffer {
+  std::vector<char>& out;
+  void write(const char* p, std::size_t n) { out.insert(out.end(), p, p + n); }
+};
 inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vector<IndexEntry>& entries) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(buf);
+  std::vector<char> out;
+  {
+    std::size_t estimate = 4096;
+    for (const auto& s : info.schema) estimate += s.path.size() + 32;
+    for (const auto& e : entries) estimate += e.inline_bytes.size() + 160 + 16 * e.chunk_xxh3.size() + 256 * e.boxes.size();
+    out.reserve(estimate);
+  }
+  ManifestBuffer buf{out};
+  msgpack::packer<ManifestBuffer> pk(buf);
   auto str = [&](std::string_view s) {
     pk.pack_str(static_cast<std::uint32_t>(s.size()));
     pk.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
@@ -4437,7 +4462,7 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
       storage(b.bytes);
     }
   }
-  return {buf.data(), buf.data() + buf.size()};
+  return out;
 }
 
 struct CommitRecord {
