@@ -4120,7 +4120,10 @@ class Cursor {
       r_->fail(std::string(what) + ": expected an integer");
     return static_cast<std::int64_t>(v);
   }
-  // Steps over one value of any type (containers to a bounded depth).
+  // Steps over one value of any type (containers to a bounded depth). The type bytes
+  // are the same table as check_msgpack_counts' switch; a shared table (a 256-entry
+  // array of small structs) was tried and made both walks slower, decoding a 20,000-leaf
+  // manifest in 5.9-6.8 ms instead of 4.8.
   void skip(int depth = 0) {
     if (depth > 64) r_->fail("malformed msgpack: nested too deeply");
     const unsigned char b = peek();
