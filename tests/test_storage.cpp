@@ -137,6 +137,54 @@ TEST_CASE("storage: memory save and restore, metadata and restore_tree, the comm
   ckpt::memory_storage_clear("storage-test");
 }
 
+// A Sharded leaf keeps its global shape and its box on an object store, as on disk
+// (until this test, the object-store writer stored a process's box as the whole array).
+struct ShardedOnObjects {
+  std::int64_t step = 0;
+  ckpt::Sharded<std::vector<float>> w;
+};
+
+TEST_CASE("storage: a Sharded leaf on an object store keeps its global shape and box (mem://)") {
+  const std::string url = "mem://sharded-test/run/a";
+  ShardedOnObjects s;
+  s.step = 3;
+  s.w.global_shape = {4096};
+  s.w.offset = {1024};
+  for (int i = 0; i < 2048; ++i) s.w.local.push_back(static_cast<float>(i) * 0.5f);
+  ckpt::save(url, s);
+  const auto index = ckpt::open_index(url);
+  const ckpt::IndexEntry* w = index->find(ckpt::Path::parse("w"));
+  REQUIRE(w != nullptr);
+  CHECK(w->shape == ckpt::Shape{4096});
+  REQUIRE(w->boxes.size() == 1);
+  CHECK(w->boxes[0].origin == ckpt::Shape{1024});
+  CHECK(w->boxes[0].bytes.shape == ckpt::Shape{2048});
+
+  // Read back into another box inside the saved one: only those elements, in place.
+  ShardedOnObjects part;
+  part.w.global_shape = {4096};
+  part.w.offset = {1536};
+  part.w.local.assign(100, -1.0f);
+  ckpt::restore_into(url, part);
+  CHECK(part.step == 3);
+  for (std::size_t i = 0; i < part.w.local.size(); ++i) CHECK(part.w.local[i] == s.w.local[512 + i]);
+
+  // A box whose bytes lie outside its data object is refused when the checkpoint opens,
+  // naming the leaf, as the directory reader does.
+  auto mem = ckpt::storage::MemoryStorage::named("sharded-test");
+  const std::string data = "run/a/" + w->boxes[0].bytes.file;
+  auto bytes = *mem->read_all(data, 1 << 30);
+  bytes.resize(bytes.size() / 2);
+  mem->put(data, ckpt::storage::ConstBytes(bytes));
+  CHECK_THROWS_CKPT(ckpt::open_index(url), ckpt::CorruptCheckpointError, "lie outside");
+  try {
+    (void)ckpt::open_index(url);
+  } catch (const ckpt::Error& e) {
+    CHECK(e.path() == "w");
+  }
+  ckpt::memory_storage_clear("sharded-test");
+}
+
 TEST_CASE("storage: t5x, Orbax, zarr, safetensors and Flax checkpoints on an object store (mem://)") {
   const State s = make_state(9, 3000);
   auto mem = ckpt::storage::MemoryStorage::named("interop-test");

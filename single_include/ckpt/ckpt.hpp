@@ -16858,6 +16858,9 @@ inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& 
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
   }
+  // Sharded leaves: the global shape and the box, as on disk (without this, an object
+  // store kept a rank's box as if it were the whole array).
+  ckpt::detail::native::box_sharded_entries(loc.url, snap, entries);
   IndexInfo info;
   info.type_name = snap.type_name;
   info.schema = snap.schema;
@@ -17006,10 +17009,16 @@ inline std::shared_ptr<const Index> open(const Location& loc) {
 
   IndexInfo info;
   std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
+  // Every leaf's bytes, or every box's of a boxed leaf: what the checks below bound.
+  std::vector<const IndexEntry*> stored;
+  for (const auto& e : entries) {
+    if (e.boxes.empty()) stored.push_back(&e);
+    for (const auto& b : e.boxes) stored.push_back(&b.bytes);
+  }
   // The data objects' sizes, asked for all at once (one request each).
   std::map<std::string, std::optional<std::uint64_t>> sizes;
-  for (const auto& e : entries)
-    if (!e.file.empty()) sizes[e.file];
+  for (const IndexEntry* e : stored)
+    if (!e->file.empty()) sizes[e->file];
   {
     std::vector<std::exception_ptr> errors(sizes.size());
     std::vector<std::jthread> threads;
@@ -17028,7 +17037,8 @@ inline std::shared_ptr<const Index> open(const Location& loc) {
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
   }
-  for (const auto& e : entries) {
+  for (const IndexEntry* ep : stored) {
+    const IndexEntry& e = *ep;
     if (e.file.empty()) continue;
     if (!sizes[e.file]) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing");
     const std::uint64_t size = *sizes[e.file];
