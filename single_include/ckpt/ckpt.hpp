@@ -3872,7 +3872,6 @@ struct native {
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -3888,8 +3887,8 @@ namespace ckpt::detail::mp {
 // claiming a million items each: 1.4 GiB from a 1 MiB file). Here every item still
 // owed must fit in the bytes left, one byte at least each, so the headers of input that
 // passes claim fewer objects, all together, than it has bytes.
-// Containers may nest max_depth deep (msgpack-cxx's unpack is given the same limit):
-// decoders that recurse can then trust the depth too.
+// Containers may nest max_msgpack_depth deep (msgpack-cxx's unpack is given the same
+// limit): decoders that recurse can then trust the depth too.
 inline constexpr int max_msgpack_depth = 64;
 inline std::string check_msgpack_counts(const unsigned char* p, std::size_t size) {
   std::size_t at = 0;
@@ -4054,7 +4053,6 @@ class Reader {
   const Path* leaf_ = nullptr;  // name_leaf
 };
 
-
 // Reads msgpack one value at a time, straight from the bytes, without building an
 // object tree: what a native manifest is decoded with (for 20,000 leaves, msgpack-cxx's
 // tree was a third of opening the checkpoint). Meant for bytes check_msgpack_counts has
@@ -4125,7 +4123,7 @@ class Cursor {
   // array of small structs) was tried and made both walks slower, decoding a 20,000-leaf
   // manifest in 5.9-6.8 ms instead of 4.8.
   void skip(int depth = 0) {
-    if (depth > 64) r_->fail("malformed msgpack: nested too deeply");
+    if (depth > max_msgpack_depth) r_->fail("malformed msgpack: nested too deeply");
     const unsigned char b = peek();
     ++at_;
     std::uint64_t items = 0, n = 0;
@@ -6407,12 +6405,12 @@ class ReadQueue final : public DeferredReads {
   // The upper bound keeps progress reports and cancellation within a part's time.
   static constexpr std::uint64_t min_part_bytes = std::uint64_t{8} << 20;
   static constexpr std::uint64_t max_part_bytes = std::uint64_t{256} << 20;
+  static constexpr unsigned max_threads = 8;  // reader threads, at most
   static std::size_t part_size(std::size_t leaf_bytes, std::uint64_t chunk_bytes) {
     const std::uint64_t threads = std::clamp(std::thread::hardware_concurrency(), 1u, max_threads);
     const std::uint64_t even = std::clamp<std::uint64_t>(leaf_bytes / threads, min_part_bytes, max_part_bytes);
     return static_cast<std::size_t>(std::max<std::uint64_t>(even / chunk_bytes, 1) * chunk_bytes);
   }
-  static constexpr unsigned max_threads = 8;
 
   // Leaves up to this size are read in groups of up to group_leaves leaves or
   // group_bytes bytes: 20,000 leaves of 4 KiB then cost ~80 jobs, not 20,000.

@@ -10,7 +10,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,8 +27,8 @@ namespace ckpt::detail::mp {
 // claiming a million items each: 1.4 GiB from a 1 MiB file). Here every item still
 // owed must fit in the bytes left, one byte at least each, so the headers of input that
 // passes claim fewer objects, all together, than it has bytes.
-// Containers may nest max_depth deep (msgpack-cxx's unpack is given the same limit):
-// decoders that recurse can then trust the depth too.
+// Containers may nest max_msgpack_depth deep (msgpack-cxx's unpack is given the same
+// limit): decoders that recurse can then trust the depth too.
 inline constexpr int max_msgpack_depth = 64;
 inline std::string check_msgpack_counts(const unsigned char* p, std::size_t size) {
   std::size_t at = 0;
@@ -194,7 +193,6 @@ class Reader {
   const Path* leaf_ = nullptr;  // name_leaf
 };
 
-
 // Reads msgpack one value at a time, straight from the bytes, without building an
 // object tree: what a native manifest is decoded with (for 20,000 leaves, msgpack-cxx's
 // tree was a third of opening the checkpoint). Meant for bytes check_msgpack_counts has
@@ -265,7 +263,7 @@ class Cursor {
   // array of small structs) was tried and made both walks slower, decoding a 20,000-leaf
   // manifest in 5.9-6.8 ms instead of 4.8.
   void skip(int depth = 0) {
-    if (depth > 64) r_->fail("malformed msgpack: nested too deeply");
+    if (depth > max_msgpack_depth) r_->fail("malformed msgpack: nested too deeply");
     const unsigned char b = peek();
     ++at_;
     std::uint64_t items = 0, n = 0;

@@ -50,12 +50,12 @@ class ReadQueue final : public DeferredReads {
   // The upper bound keeps progress reports and cancellation within a part's time.
   static constexpr std::uint64_t min_part_bytes = std::uint64_t{8} << 20;
   static constexpr std::uint64_t max_part_bytes = std::uint64_t{256} << 20;
+  static constexpr unsigned max_threads = 8;  // reader threads, at most
   static std::size_t part_size(std::size_t leaf_bytes, std::uint64_t chunk_bytes) {
     const std::uint64_t threads = std::clamp(std::thread::hardware_concurrency(), 1u, max_threads);
     const std::uint64_t even = std::clamp<std::uint64_t>(leaf_bytes / threads, min_part_bytes, max_part_bytes);
     return static_cast<std::size_t>(std::max<std::uint64_t>(even / chunk_bytes, 1) * chunk_bytes);
   }
-  static constexpr unsigned max_threads = 8;
 
   // Leaves up to this size are read in groups of up to group_leaves leaves or
   // group_bytes bytes: 20,000 leaves of 4 KiB then cost ~80 jobs, not 20,000.
