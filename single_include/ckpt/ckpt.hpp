@@ -4503,6 +4503,26 @@ inline void check_manifest(std::span<const std::byte> manifest, const CommitReco
     throw CorruptCheckpointError(checkpoint, "", "manifest checksum mismatch: the manifest was altered or torn");
 }
 
+// What a native checkpoint stores in its data files: every leaf's bytes, or every
+// box's of a boxed leaf. Both openers (a directory, an object store) bound these.
+inline std::vector<const IndexEntry*> stored_bytes(const std::vector<IndexEntry>& entries) {
+  std::vector<const IndexEntry*> stored;
+  stored.reserve(entries.size());
+  for (const auto& e : entries) {
+    if (e.boxes.empty()) stored.push_back(&e);
+    for (const auto& b : e.boxes) stored.push_back(&b.bytes);
+  }
+  return stored;
+}
+
+// Refuses bytes that lie outside their data file of `size` bytes.
+inline void check_within_file(const std::string& checkpoint, const IndexEntry& e, std::uint64_t size) {
+  if (e.offset > size || e.length > size - e.offset)
+    throw CorruptCheckpointError(checkpoint, e.path.str(),
+                                 "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
+                                     ") lie outside " + e.file + " (" + std::to_string(size) + " bytes; truncated?)");
+}
+
 // The keys a decoder reads, in MapFields' order. A leaf's and a box's share the first
 // six, the storage fields, which decode_storage reads from either.
 namespace keys {
@@ -5085,12 +5105,7 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
 
   std::map<std::string, io::File> files;
   std::map<std::string, std::uint64_t> sizes;
-  std::vector<const IndexEntry*> stored;  // every leaf's bytes, or every box's of a boxed leaf
-  for (const auto& e : entries) {
-    if (e.boxes.empty()) stored.push_back(&e);
-    for (const auto& b : e.boxes) stored.push_back(&b.bytes);
-  }
-  for (const IndexEntry* ep : stored) {
+  for (const IndexEntry* ep : stored_bytes(entries)) {
     const IndexEntry& e = *ep;
     if (e.file.empty()) continue;
     if (!files.count(e.file)) {
@@ -5103,11 +5118,7 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
         throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing or unreadable");
       }
     }
-    const std::uint64_t size = sizes[e.file];
-    if (e.offset > size || e.length > size - e.offset)
-      throw CorruptCheckpointError(ckpt, e.path.str(),
-                                   "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
-                                       ") lie outside " + e.file + " (" + std::to_string(size) + " bytes; truncated?)");
+    check_within_file(ckpt, e, sizes[e.file]);
   }
   // The entries' inline spans point into the manifest's bytes, which the Index keeps alive.
   return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries),
@@ -17007,12 +17018,7 @@ inline std::shared_ptr<const Index> open(const Location& loc) {
 
   IndexInfo info;
   std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
-  // Every leaf's bytes, or every box's of a boxed leaf: what the checks below bound.
-  std::vector<const IndexEntry*> stored;
-  for (const auto& e : entries) {
-    if (e.boxes.empty()) stored.push_back(&e);
-    for (const auto& b : e.boxes) stored.push_back(&b.bytes);
-  }
+  const std::vector<const IndexEntry*> stored = stored_bytes(entries);
   // The data objects' sizes, asked for all at once (one request each).
   std::map<std::string, std::optional<std::uint64_t>> sizes;
   for (const IndexEntry* e : stored)
@@ -17039,11 +17045,7 @@ inline std::shared_ptr<const Index> open(const Location& loc) {
     const IndexEntry& e = *ep;
     if (e.file.empty()) continue;
     if (!sizes[e.file]) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing");
-    const std::uint64_t size = *sizes[e.file];
-    if (e.offset > size || e.length > size - e.offset)
-      throw CorruptCheckpointError(ckpt, e.path.str(),
-                                   "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
-                                       ") lie outside " + e.file + " (" + std::to_string(size) + " bytes; truncated?)");
+    check_within_file(ckpt, e, *sizes[e.file]);
   }
   // The entries' inline spans point into the manifest's bytes, which the Index keeps alive.
   return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries), std::make_shared<ObjectReader>(loc), manifest);

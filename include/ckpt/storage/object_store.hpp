@@ -286,12 +286,7 @@ inline std::shared_ptr<const Index> open(const Location& loc) {
 
   IndexInfo info;
   std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
-  // Every leaf's bytes, or every box's of a boxed leaf: what the checks below bound.
-  std::vector<const IndexEntry*> stored;
-  for (const auto& e : entries) {
-    if (e.boxes.empty()) stored.push_back(&e);
-    for (const auto& b : e.boxes) stored.push_back(&b.bytes);
-  }
+  const std::vector<const IndexEntry*> stored = stored_bytes(entries);
   // The data objects' sizes, asked for all at once (one request each).
   std::map<std::string, std::optional<std::uint64_t>> sizes;
   for (const IndexEntry* e : stored)
@@ -318,11 +313,7 @@ inline std::shared_ptr<const Index> open(const Location& loc) {
     const IndexEntry& e = *ep;
     if (e.file.empty()) continue;
     if (!sizes[e.file]) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing");
-    const std::uint64_t size = *sizes[e.file];
-    if (e.offset > size || e.length > size - e.offset)
-      throw CorruptCheckpointError(ckpt, e.path.str(),
-                                   "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
-                                       ") lie outside " + e.file + " (" + std::to_string(size) + " bytes; truncated?)");
+    check_within_file(ckpt, e, *sizes[e.file]);
   }
   // The entries' inline spans point into the manifest's bytes, which the Index keeps alive.
   return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries), std::make_shared<ObjectReader>(loc), manifest);

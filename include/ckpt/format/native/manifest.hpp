@@ -204,6 +204,26 @@ inline void check_manifest(std::span<const std::byte> manifest, const CommitReco
     throw CorruptCheckpointError(checkpoint, "", "manifest checksum mismatch: the manifest was altered or torn");
 }
 
+// What a native checkpoint stores in its data files: every leaf's bytes, or every
+// box's of a boxed leaf. Both openers (a directory, an object store) bound these.
+inline std::vector<const IndexEntry*> stored_bytes(const std::vector<IndexEntry>& entries) {
+  std::vector<const IndexEntry*> stored;
+  stored.reserve(entries.size());
+  for (const auto& e : entries) {
+    if (e.boxes.empty()) stored.push_back(&e);
+    for (const auto& b : e.boxes) stored.push_back(&b.bytes);
+  }
+  return stored;
+}
+
+// Refuses bytes that lie outside their data file of `size` bytes.
+inline void check_within_file(const std::string& checkpoint, const IndexEntry& e, std::uint64_t size) {
+  if (e.offset > size || e.length > size - e.offset)
+    throw CorruptCheckpointError(checkpoint, e.path.str(),
+                                 "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
+                                     ") lie outside " + e.file + " (" + std::to_string(size) + " bytes; truncated?)");
+}
+
 // The keys a decoder reads, in MapFields' order. A leaf's and a box's share the first
 // six, the storage fields, which decode_storage reads from either.
 namespace keys {

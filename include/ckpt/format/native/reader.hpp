@@ -194,12 +194,7 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
 
   std::map<std::string, io::File> files;
   std::map<std::string, std::uint64_t> sizes;
-  std::vector<const IndexEntry*> stored;  // every leaf's bytes, or every box's of a boxed leaf
-  for (const auto& e : entries) {
-    if (e.boxes.empty()) stored.push_back(&e);
-    for (const auto& b : e.boxes) stored.push_back(&b.bytes);
-  }
-  for (const IndexEntry* ep : stored) {
+  for (const IndexEntry* ep : stored_bytes(entries)) {
     const IndexEntry& e = *ep;
     if (e.file.empty()) continue;
     if (!files.count(e.file)) {
@@ -212,11 +207,7 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
         throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing or unreadable");
       }
     }
-    const std::uint64_t size = sizes[e.file];
-    if (e.offset > size || e.length > size - e.offset)
-      throw CorruptCheckpointError(ckpt, e.path.str(),
-                                   "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
-                                       ") lie outside " + e.file + " (" + std::to_string(size) + " bytes; truncated?)");
+    check_within_file(ckpt, e, sizes[e.file]);
   }
   // The entries' inline spans point into the manifest's bytes, which the Index keeps alive.
   return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries),
