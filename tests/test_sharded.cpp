@@ -65,6 +65,21 @@ ckpt::Sharded<xt::xtensor<float, 2>> box(std::size_t rows, std::size_t cols, std
   return {k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
 }
 
+// Copies checkpoint `from` to `to` and re-encodes its manifest after f edits the entry
+// of leaf "w", with a matching commit marker.
+template <class F>
+void edit_leaf_w(const fs::path& from, const fs::path& to, F&& f) {
+  fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  const auto index = ckpt::open_index(to);
+  std::vector<ckpt::IndexEntry> entries = index->entries();
+  for (auto& e : entries)
+    if (e.path.str() == "w") f(e);
+  const auto m = ckpt::native_format::encode_manifest(index->info(), entries);
+  test::write_bytes(to / "manifest", m);
+  const std::string commit = ckpt::native_format::encode_commit({m.size(), ckpt::io::xxh3(std::as_bytes(std::span(m)))});
+  test::write_bytes(to / "commit", std::vector<char>(commit.begin(), commit.end()));
+}
+
 }  // namespace
 
 TEST_CASE("a Sharded leaf saved by one process restores as a plain array, as a box, and as itself") {
@@ -156,24 +171,79 @@ TEST_CASE("a box larger than one checksum piece: partial reads verify the pieces
   ckpt::restore_into(tmp / "c", part, {.verify_checksums = false});
 }
 
+TEST_CASE("a column strip of a box saved by rows reads and verifies the box's tiles, not its whole rows") {
+  TempDir tmp;
+  ShardedState s;
+  s.step = 3;
+  s.w = box(1024, 1024, 0, 1024, 0, 1024);  // 4 MiB of 4 KiB rows
+  ckpt::save(tmp / "c", s);
+  {  // 4 KiB rows cut into 128-byte tile columns, 512 rows tall (64 KiB tiles)
+    const auto index = ckpt::open_index(tmp / "c");
+    const ckpt::IndexBox& b = index->find(ckpt::Path({"w"}))->boxes.at(0);
+    CHECK(b.tile_bytes == 128);
+    CHECK(b.tile_rows == 512);
+    CHECK(b.tiles.size() == 2 * 32);
+  }
+  // Columns [300, 556) of every row: 1 MiB wanted, in tile columns [288, 576).
+  auto strip = [&] {
+    ShardedState t;
+    t.w = {{1024, 1024}, {0, 300}, xt::zeros<float>({1024, 256})};
+    return t;
+  };
+  ShardedState t = strip();
+  const std::uint64_t before = test::bytes_read();
+  ckpt::restore_into(tmp / "c", t);
+  const std::uint64_t read = test::bytes_read() - before;
+  CHECK(t.w.local == box(1024, 1024, 0, 1024, 300, 256).local);
+  const std::uint64_t wanted = 1024 * 256 * 4, tiles = 1024 * 288 * 4;
+  CHECK(read >= tiles);
+  CHECK(read < tiles + 64 * 1024);  // and the manifest: not the 4 MiB of whole rows
+
+  // A flipped byte in a tile the strip does not read leaves it readable; the whole box
+  // is not. One in a tile it reads fails it, naming the tile.
+  const fs::path data = tmp / "c" / "data-0";
+  const auto good = test::read_bytes(data);
+  auto bytes = good;
+  const auto at = [&](std::size_t row, std::size_t col) { return (row * 1024 + col) * 4 + 1; };
+  const auto w_offset = ckpt::open_index(tmp / "c")->find(ckpt::Path({"w"}))->boxes.at(0).bytes.offset;
+  bytes[w_offset + at(700, 900)] ^= 1;
+  test::write_bytes(data, bytes);
+  t = strip();
+  ckpt::restore_into(tmp / "c", t);
+  CHECK(t.w.local == box(1024, 1024, 0, 1024, 300, 256).local);
+  CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "c"), ckpt::CorruptCheckpointError, "w: checksum mismatch");
+  bytes = good;
+  bytes[w_offset + at(600, 400)] ^= 1;
+  test::write_bytes(data, bytes);
+  t = strip();
+  CHECK_THROWS_CKPT(ckpt::restore_into(tmp / "c", t), ckpt::CorruptCheckpointError,
+                    "w: checksum mismatch in the tile at row 512, byte 1536 of the box");
+  CHECK(read < 2 * wanted);
+
+  // A manifest whose tiles do not fit the box is refused when opened.
+  test::write_bytes(data, good);
+  auto edit = [&](auto&& f) { edit_leaf_w(tmp / "c", tmp / "e", f); };
+  edit([](ckpt::IndexEntry& e) { e.boxes[0].tiles.pop_back(); });
+  CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError,
+                    "w: manifest: box tiles must hold 64 checksums, not 63");
+  edit([](ckpt::IndexEntry& e) { e.boxes[0].tile_rows = 1025; });
+  CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError,
+                    "w: manifest: box tiles of 128 bytes by 1025 rows do not fit the box of shape [1024,1024]");
+  edit([](ckpt::IndexEntry& e) {  // a grid that fits, with checksums of another: the strip's read fails, not a crash
+    e.boxes[0].tile_bytes = 4000;
+    e.boxes[0].tile_rows = 1024;
+    e.boxes[0].tiles.assign(2, 0);
+  });
+  t = strip();
+  CHECK_THROWS_CKPT(ckpt::restore_into(tmp / "e", t), ckpt::CorruptCheckpointError, "w: checksum mismatch in the tile at row 0");
+}
+
 TEST_CASE("hostile boxes in a manifest are refused when the checkpoint is opened") {
   TempDir tmp;
   ShardedState s;
   s.w = box(64, 32, 0, 64, 0, 32);  // 8 KiB: in a data file
   ckpt::save(tmp / "c", s);
-  // Re-encodes the manifest after f edits the boxes of leaf "w", with a matching commit marker.
-  auto edit = [&](auto&& f) {
-    fs::copy(tmp / "c", tmp / "e", fs::copy_options::recursive | fs::copy_options::overwrite_existing);
-    const auto index = ckpt::open_index(tmp / "e");
-    std::vector<ckpt::IndexEntry> entries = index->entries();
-    for (auto& e : entries)
-      if (e.path.str() == "w") f(e);
-    const auto m = ckpt::native_format::encode_manifest(index->info(), entries);
-    test::write_bytes(tmp / "e" / "manifest", m);
-    const std::string commit =
-        ckpt::native_format::encode_commit({m.size(), ckpt::io::xxh3(std::as_bytes(std::span(m)))});
-    test::write_bytes(tmp / "e" / "commit", std::vector<char>(commit.begin(), commit.end()));
-  };
+  auto edit = [&](auto&& f) { edit_leaf_w(tmp / "c", tmp / "e", f); };
   edit([](ckpt::IndexEntry& e) { e.boxes[0].origin = {1, 0}; });
   CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError, "w: manifest: box at [1,0] of shape [64,32]");
   edit([](ckpt::IndexEntry& e) { e.boxes[0].bytes.length -= 4; });
@@ -189,6 +259,13 @@ TEST_CASE("hostile boxes in a manifest are refused when the checkpoint is opened
   CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "e"), ckpt::CorruptCheckpointError, "w: checksum mismatch");
   CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "e", {.verify_checksums = false}), ckpt::CorruptCheckpointError,
                     "w: part of the box at [0,0] of shape [64,32] is in none of the saved boxes");
+  edit([](ckpt::IndexEntry& e) {  // tiles as wide as the box's 128-byte rows
+    e.boxes[0].tile_bytes = 128;
+    e.boxes[0].tile_rows = 16;
+    e.boxes[0].tiles.assign(4, 0);
+  });
+  CHECK_THROWS_CKPT(ckpt::open_index(tmp / "e"), ckpt::CorruptCheckpointError,
+                    "w: manifest: box tiles of 128 bytes by 16 rows do not fit the box of shape [64,32]");
   edit([](ckpt::IndexEntry& e) { e.boxes.push_back(e.boxes[0]); });  // the same box twice
   CHECK_THROWS_CKPT(ckpt::restore<PlainState>(tmp / "e"), ckpt::CorruptCheckpointError, "w: saved boxes overlap");
 }
@@ -377,6 +454,35 @@ TEST_CASE("mpi np3: saved by 2 ranks split by rows, restored on 3 split by colum
     ckpt::restore_into(dir / "c", b);
     CHECK(b.w.local == box(9, 7, 3, 2, 5, 2).local);
     CHECK(ckpt::open_index(dir / "c")->info().processes == 2);
+  });
+}
+
+TEST_CASE("mpi np3: column strips of boxes saved by 2 ranks' rows read the tiles they need, verified") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  {
+    SubComm two(world, world.rank() < 2 ? 0 : MPI_UNDEFINED);  // boxes of 384 rows of 4 KiB
+    if (two) ckpt::mpi::save(*two, dir / "c", rows_of(768, 1024, (*two).rank(), 2));
+  }
+  world.barrier();
+  ShardedState s = cols_target(768, 1024, world.rank(), 3);
+  const std::uint64_t before = test::bytes_read();
+  ckpt::mpi::restore_into(world, dir / "c", s);
+  const std::uint64_t read = test::bytes_read() - before;
+  const auto [c0, nc] = split(1024, 3, static_cast<std::size_t>(world.rank()));
+  CHECK(s.w.local == box(768, 1024, 0, 768, c0, nc).local);
+  const std::uint64_t wanted = 768 * nc * 4;
+  CHECK(read >= wanted);
+  CHECK(read < wanted + wanted / 4 + 128 * 1024);  // tiles of 32 columns, and the manifest; not whole rows
+  on_rank0(world, [&] {  // each writing rank's tile checksums reached the manifest
+    const auto index = ckpt::open_index(dir / "c");
+    const auto& boxes = index->find(ckpt::Path({"w"}))->boxes;
+    REQUIRE(boxes.size() == 2);
+    for (const auto& b : boxes) {
+      CHECK(b.tile_bytes == 128);
+      CHECK(b.tile_rows == 384);
+      CHECK(b.tiles.size() == 32);
+    }
   });
 }
 

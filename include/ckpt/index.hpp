@@ -52,11 +52,17 @@ struct IndexEntry {
 // One stored box of a leaf: its origin in the global array, its bytes (an entry whose
 // shape is the box's), the xxh3 of each box_piece bytes of it when it is larger (so
 // that reading part of a box verifies what it reads), the processes that held it.
+// A box of two or more dimensions larger than a piece also has tile checksums
+// (io/tile_checksums.hpp: tile_bytes of a row by tile_rows rows; else 0 and empty), so
+// that reading a column strip of it verifies what it reads without whole rows.
 struct IndexBox {
   Shape origin;
   IndexEntry bytes;
   std::vector<std::uint64_t> pieces{};
   std::vector<std::uint32_t> ranks{};
+  std::uint64_t tile_bytes = 0;
+  std::uint64_t tile_rows = 0;
+  std::vector<std::uint64_t> tiles{};
 };
 inline constexpr std::uint64_t box_piece = std::uint64_t{1} << 20;
 
@@ -80,6 +86,11 @@ class IndexReader {
   virtual bool has_xxh3() const { return false; }
   // Whether read_range reads only the range (boxed reads then read only what they need).
   virtual bool reads_ranges() const { return false; }
+  // What one more read_range call costs, in bytes read: a read of part of a box weighs
+  // it against the bytes when it chooses between many small ranges and fewer larger
+  // ones. 0 (a file: a pread costs a system call) reads the fewest bytes; an object
+  // store, where each range is a request, says how many bytes a request is worth.
+  virtual std::uint64_t range_overhead() const { return 0; }
   // Reads bytes [at, at + dst.size()) of a stored leaf or box, unverified.
   virtual void read_range(const Index& index, const IndexEntry& e, std::uint64_t at, std::span<std::byte> dst) const {
     std::vector<std::byte> all(e.length);
@@ -213,6 +224,7 @@ class DeferredReads {
 
 #if CKPT_DEFINE_API
 #include <ckpt/restore/verifier.hpp>  // needs Index, above; kept out of units that only declare
+#include <ckpt/io/tile_checksums.hpp>
 #endif
 
 namespace ckpt {
@@ -341,15 +353,129 @@ CKPT_API void Index::read_group(std::span<const LeafRead> reads) const {
 }
 
 namespace detail {
-// Reads the part of one stored box (bytes be at origin bo) that lies in the wanted box
-// (wo, ws) into dst; returns the elements read.
-inline std::uint64_t read_from_box(const Index& index, const IndexReader& reader, const IndexEntry& be,
-                                   const Shape& bo, const std::vector<std::uint64_t>& pieces, const Shape& wo,
-                                   const Shape& ws, std::span<std::byte> dst, bool verify) {
-  struct Run {
-    std::uint64_t src, dst, len;
+struct BoxRun {
+  std::uint64_t src, dst, len;  // bytes [src, src + len) of a stored box go to dst
+};
+
+// The bytes a verified read of runs (in increasing src order) reads a piece at a time:
+// every box_piece bytes any run touches.
+inline std::uint64_t piece_read_bytes(const std::vector<BoxRun>& runs, std::uint64_t length) {
+  std::uint64_t bytes = 0, last = ~std::uint64_t{0};
+  for (const BoxRun& r : runs)
+    for (std::uint64_t p = r.src / box_piece; p <= (r.src + r.len - 1) / box_piece; ++p)
+      if (p != last) bytes += std::min(box_piece, length - p * box_piece), last = p;
+  return bytes;
+}
+
+// A read by tiles (io/tile_checksums.hpp): per row block, the tile columns [lo, hi) any
+// run touches there, all of whose rows are read (hi == 0: none).
+struct TilePlan {
+  io::TileGrid grid;
+  std::vector<std::uint64_t> lo, hi;
+  std::uint64_t bytes = 0;    // what it reads
+  std::uint64_t ranges = 0;   // in how many read_range calls
+  std::uint64_t largest = 0;  // its largest row block's bytes, one buffer
+
+  TilePlan(const io::TileGrid& g, const std::vector<BoxRun>& runs) : grid(g), lo(g.row_blocks(), ~std::uint64_t{0}), hi(g.row_blocks(), 0) {
+    const std::uint64_t L = g.row_bytes, S = g.tile_bytes;
+    for (const BoxRun& r : runs) {
+      const std::uint64_t first = r.src / L, last = (r.src + r.len - 1) / L;
+      for (std::uint64_t row = first; row <= last; ++row) {
+        const std::uint64_t a = row == first ? r.src - row * L : 0;
+        const std::uint64_t e = row == last ? r.src + r.len - row * L : L;
+        const std::uint64_t b = row / g.tile_rows;
+        lo[b] = std::min(lo[b], a / S);
+        hi[b] = std::max(hi[b], (e - 1) / S + 1);
+      }
+    }
+    for (std::uint64_t b = 0; b < lo.size(); ++b)
+      if (hi[b] > 0) {
+        const std::uint64_t block = rows_in(b) * width(b);
+        bytes += block;
+        ranges += width(b) == g.row_bytes ? 1 : rows_in(b);
+        largest = std::max(largest, block);
+      }
+  }
+  std::uint64_t rows_in(std::uint64_t b) const { return std::min(grid.tile_rows, grid.rows - b * grid.tile_rows); }
+  std::uint64_t width(std::uint64_t b) const {
+    return std::min(hi[b] * grid.tile_bytes, grid.row_bytes) - lo[b] * grid.tile_bytes;
+  }
+};
+
+// A verified read of part of a box by its tiles: each row block's touched tiles read
+// whole (one range per row, or one for the block when they span its rows), verified,
+// then the runs copied out of them.
+inline void read_by_tiles(const Index& index, const IndexReader& reader, const IndexEntry& be, const IndexBox& box,
+                          const TilePlan& plan, const std::vector<BoxRun>& runs, std::span<std::byte> dst) {
+  const io::TileGrid& g = plan.grid;
+  const std::uint64_t L = g.row_bytes, S = g.tile_bytes, cols = g.col_tiles();
+  std::vector<std::byte> buf;
+  std::uint64_t loaded = ~std::uint64_t{0};
+  auto load = [&](std::uint64_t b) {
+    const std::uint64_t r0 = b * g.tile_rows, rows = plan.rows_in(b), w = plan.width(b), c0 = plan.lo[b] * S;
+    buf.resize(rows * w);
+    if (w == L) {
+      reader.read_range(index, be, r0 * L, buf);
+    } else {
+      for (std::uint64_t i = 0; i < rows; ++i) reader.read_range(index, be, (r0 + i) * L + c0, std::span(buf).subspan(i * w, w));
+    }
+    for (std::uint64_t j = plan.lo[b]; j < plan.hi[b]; ++j) {
+      std::uint64_t h = 0;
+      for (std::uint64_t i = 0; i < rows; ++i) h = io::tile_step(h, std::span(buf).subspan(i * w + (j * S - c0), g.segment(j)));
+      if (h != box.tiles[b * cols + j])
+        throw CorruptCheckpointError(index.checkpoint(), be.path.str(),
+                                     "checksum mismatch in the tile at row " + std::to_string(r0) + ", byte " +
+                                         std::to_string(j * S) + " of the box: the leaf's bytes were altered or torn");
+    }
+    loaded = b;
   };
-  std::vector<Run> runs;
+  for (const BoxRun& r : runs) {
+    const std::uint64_t first = r.src / L, last = (r.src + r.len - 1) / L;
+    for (std::uint64_t row = first; row <= last; ++row) {
+      const std::uint64_t a = row == first ? r.src - row * L : 0;
+      const std::uint64_t e = row == last ? r.src + r.len - row * L : L;
+      const std::uint64_t b = row / g.tile_rows;
+      if (b != loaded) load(b);
+      const std::uint64_t w = plan.width(b), c0 = plan.lo[b] * S;
+      std::memcpy(dst.data() + r.dst + (row * L + a - r.src), buf.data() + (row - b * g.tile_rows) * w + (a - c0), e - a);
+    }
+  }
+}
+
+// A read by tiles holds one row block in memory: at most this much (else by pieces).
+inline constexpr std::uint64_t max_tile_block_bytes = std::uint64_t{64} << 20;
+
+// Unverified runs of a box: one read_range each, or, where the reader's range_overhead
+// is worth more than the gap between runs, one range over several (at most
+// max_run_group bytes, through a buffer).
+inline constexpr std::uint64_t max_run_group = std::uint64_t{16} << 20;
+inline void read_runs(const Index& index, const IndexReader& reader, const IndexEntry& be,
+                      const std::vector<BoxRun>& runs, std::span<std::byte> dst, std::uint64_t overhead) {
+  std::vector<std::byte> buf;
+  for (std::size_t i = 0; i < runs.size();) {
+    std::size_t j = i + 1;
+    while (j < runs.size() && runs[j].src - (runs[j - 1].src + runs[j - 1].len) <= overhead &&
+           runs[j].src + runs[j].len - runs[i].src <= max_run_group)
+      ++j;
+    if (j == i + 1) {
+      reader.read_range(index, be, runs[i].src, dst.subspan(runs[i].dst, runs[i].len));
+    } else {
+      const std::uint64_t begin = runs[i].src, end = runs[j - 1].src + runs[j - 1].len;
+      buf.resize(end - begin);
+      reader.read_range(index, be, begin, buf);
+      for (std::size_t k = i; k < j; ++k) std::memcpy(dst.data() + runs[k].dst, buf.data() + (runs[k].src - begin), runs[k].len);
+    }
+    i = j;
+  }
+}
+
+// Reads the part of one stored box (bytes be at origin bo; box: its piece and tile
+// checksums, null for a leaf stored whole) that lies in the wanted box (wo, ws) into
+// dst; returns the elements read.
+inline std::uint64_t read_from_box(const Index& index, const IndexReader& reader, const IndexEntry& be,
+                                   const Shape& bo, const IndexBox* box, const Shape& wo, const Shape& ws,
+                                   std::span<std::byte> dst, bool verify) {
+  std::vector<BoxRun> runs;
   const std::size_t z = dtype_size(be.type);
   const std::uint64_t n = for_each_run(bo, be.shape, wo, ws, z, [&](std::uint64_t s, std::uint64_t d, std::uint64_t l) {
     runs.push_back({s, d, l});
@@ -363,19 +489,37 @@ inline std::uint64_t read_from_box(const Index& index, const IndexReader& reader
   if (!reader.reads_ranges() || (verify && (whole || be.length <= box_piece))) {
     std::vector<std::byte> all(be.length);  // what is verified is what was read: the whole box
     reader.read(index, be, all, verify);
-    for (const Run& r : runs) std::memcpy(dst.data() + r.dst, all.data() + r.src, r.len);
+    for (const BoxRun& r : runs) std::memcpy(dst.data() + r.dst, all.data() + r.src, r.len);
     return n;
   }
+  const std::uint64_t overhead = reader.range_overhead();
   if (!verify) {
-    for (const Run& r : runs) reader.read_range(index, be, r.src, dst.subspan(r.dst, r.len));
+    read_runs(index, reader, be, runs, dst, overhead);
     return n;
   }
-  // Part of a large box: read and verify only the pieces the runs touch.
+  // Part of a large box, verified: by its tiles when they cost less than its pieces (a
+  // column strip of it), else by the pieces the runs touch (rows of it).
+  const std::uint64_t by_pieces = piece_read_bytes(runs, be.length);
+  if (box && !box->tiles.empty()) {
+    const auto grid = io::TileGrid::recorded(be.shape, z, box->tile_bytes, box->tile_rows);
+    if (!grid || grid->count() != box->tiles.size())
+      throw CorruptCheckpointError(index.checkpoint(), be.path.str(), "a stored box's tile checksums do not fit it");
+    const TilePlan plan(*grid, runs);
+    const double by_tiles = static_cast<double>(plan.bytes) + static_cast<double>(plan.ranges) * static_cast<double>(overhead);
+    const double pieces_cost = static_cast<double>(by_pieces) +
+                               static_cast<double>((by_pieces + box_piece - 1) / box_piece) * static_cast<double>(overhead);
+    if (by_tiles < pieces_cost && plan.largest <= max_tile_block_bytes) {
+      read_by_tiles(index, reader, be, *box, plan, runs, dst);
+      return n;
+    }
+  }
+  const std::vector<std::uint64_t> none;
+  const std::vector<std::uint64_t>& pieces = box ? box->pieces : none;
   if (pieces.size() != (be.length + box_piece - 1) / box_piece)
     throw CorruptCheckpointError(index.checkpoint(), be.path.str(), "a stored box lacks its piece checksums");
   std::vector<std::byte> buf(box_piece);
   std::uint64_t loaded = ~std::uint64_t{0};
-  for (const Run& r : runs) {
+  for (const BoxRun& r : runs) {
     for (std::uint64_t pos = r.src, out = r.dst, left = r.len; left > 0;) {
       const std::uint64_t p = pos / box_piece;
       if (p != loaded) {
@@ -424,10 +568,10 @@ CKPT_API void Index::read_box(const IndexEntry& e, const Shape& origin, const Sh
     } catch (const std::exception& x) {
       throw CorruptCheckpointError(checkpoint_, where, std::string("cannot read the box: ") + x.what());
     }
-    got = detail::read_from_box(*this, *reader_, e, Shape(e.shape.size(), 0), {}, origin, shape, dst, verify);
+    got = detail::read_from_box(*this, *reader_, e, Shape(e.shape.size(), 0), nullptr, origin, shape, dst, verify);
   } else {
     for (const IndexBox& b : e.boxes)
-      got += detail::read_from_box(*this, *reader_, b.bytes, b.origin, b.pieces, origin, shape, dst, verify);
+      got += detail::read_from_box(*this, *reader_, b.bytes, b.origin, &b, origin, shape, dst, verify);
   }
   if (got != want)
     throw CorruptCheckpointError(checkpoint_, where,

@@ -29,6 +29,11 @@ inline std::uint64_t xxh3(std::span<const std::byte> bytes) noexcept {
   return CKPT_XXH3(XXH3_64bits)(bytes.data(), bytes.size());
 }
 
+// Seeded form, to chain checksums over pieces (io/tile_checksums.hpp).
+inline std::uint64_t xxh3(std::span<const std::byte> bytes, std::uint64_t seed) noexcept {
+  return CKPT_XXH3(XXH3_64bits_withSeed)(bytes.data(), bytes.size(), seed);
+}
+
 // Incremental form, for data read in pieces.
 class Xxh3Stream {
  public:

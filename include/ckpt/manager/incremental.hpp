@@ -72,6 +72,8 @@ struct BaseLeaf {
   std::uint64_t checksum;
   std::uint64_t chunk_bytes;
   std::vector<std::uint64_t> chunks;  // format version 2: per-chunk xxh3
+  const IndexBox* box = nullptr;      // a box's: its tile checksums, reused when it is linked
+  std::shared_ptr<const Index> index{};  // keeps box alive
 };
 
 // What names a stored piece from one step to the next: its leaf's path, and for a box
@@ -97,13 +99,14 @@ inline std::map<std::string, BaseLeaf> linkable_leaves(const fs::path& base) {
     for (const auto& b : e.boxes)
       if (!b.bytes.file.empty()) ++per_file[b.bytes.file];
   }
-  auto add = [&](const IndexEntry& e, std::string key) {
+  auto add = [&](const IndexEntry& e, std::string key, const IndexBox* box) {
     if (!e.file.empty() && e.offset == 0 && per_file[e.file] == 1 && e.codec == "raw")
-      out.emplace(std::move(key), BaseLeaf{e.file, e.type, e.shape, e.length, e.checksum, e.chunk_bytes, e.chunk_xxh3});
+      out.emplace(std::move(key),
+                  BaseLeaf{e.file, e.type, e.shape, e.length, e.checksum, e.chunk_bytes, e.chunk_xxh3, box, index});
   };
   for (const auto& e : index->entries()) {
-    if (e.boxes.empty()) add(e, piece_key(e.path));
-    for (const auto& b : e.boxes) add(b.bytes, piece_key(e.path, &b.origin));
+    if (e.boxes.empty()) add(e, piece_key(e.path), nullptr);
+    for (const auto& b : e.boxes) add(b.bytes, piece_key(e.path, &b.origin), &b);
   }
   return out;
 }

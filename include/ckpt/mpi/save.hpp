@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
 #include <optional>
 #include <string>
@@ -235,8 +236,21 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
     if (j.file == rank_file(rank)) in_rank_file.push_back(k);
   }
   std::vector<IndexEntry> entries(jobs.size());
-  if (!in_rank_file.empty())
+  // The tile checksums of this rank's boxes (format/native/boxes.hpp). Those in
+  // data-<rank> are hashed by a thread of their own while the file is written and
+  // fsynced, on a core the writer leaves idle while it waits for the disk.
+  std::vector<std::vector<std::uint64_t>> tiles(jobs.size());
+  auto hash_tiles = [&](std::size_t k) {
+    tiles[k] = ckpt::detail::native::box_tile_checksums(*jobs[k].shape, mine.leaves[k].data.type, mine.leaves[k].data.view);
+  };
+  std::future<void> tiling;
+  if (!in_rank_file.empty()) {
+    tiling = std::async(std::launch::async, [&] {
+      for (std::size_t k : in_rank_file)
+        if (jobs[k].box >= 0) hash_tiles(k);
+    });
     ckpt::detail::native::write_data_file(staging / rank_file(rank), mine, entries, in_rank_file, &progress);
+  }
   // Pieces in files of their own: linked when unchanged, else written; fsynced together.
   const auto previous = in_rank_file.size() == jobs.size() ? std::map<std::string, inc::BaseLeaf>{}
                                                            : inc::linkable_leaves(base);
@@ -253,14 +267,20 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
       out.bytes_linked += j.length;
       ++out.pieces_linked;
       progress.add(j.length, 1);
+      if (j.box >= 0) {  // the same bytes: the previous step's tiles, if it has them, else hashed
+        if (const IndexBox* b = it->second.box; b && ckpt::detail::native::has_tiles_ckpt_writes(*b)) tiles[k] = b->tiles;
+        else hash_tiles(k);
+      }
     } else {
       unsynced.emplace_back(inc::write_own_file(target, bytes_k, chunks, progress), target);
       progress.add(0, 1);
+      if (j.box >= 0) hash_tiles(k);
     }
     entries[k].checksum = native_format::chunk_list_xxh3(chunks);  // longer than one chunk
     entries[k].chunk_xxh3 = std::move(chunks);
   }
   for (auto& [f, path] : unsynced) f.sync(path);
+  if (tiling.valid()) tiling.get();
   for (std::size_t k = 0; k < jobs.size(); ++k) {
     out.sums.push_back(entries[k].checksum);
     // a box's piece checksums are the writer's chunk checksums (1 MiB each): not hashed
@@ -271,6 +291,10 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
                             : ckpt::detail::native::piece_checksums(mine.leaves[k].data.view);
     out.sums.push_back(pieces.size());
     out.sums.insert(out.sums.end(), pieces.begin(), pieces.end());
+    if (jobs[k].box >= 0) {  // and its tile checksums (empty when it has none)
+      out.sums.push_back(tiles[k].size());
+      out.sums.insert(out.sums.end(), tiles[k].begin(), tiles[k].end());
+    }
   }
   out.bytes_written = bytes - out.bytes_linked;
   progress.finish();
@@ -364,6 +388,15 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
           const auto n = static_cast<std::size_t>(v[at++]);
           b.pieces.assign(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + n));
           at += n;
+          const auto t = static_cast<std::size_t>(v[at++]);
+          if (t > 0) {  // the writing rank chose the grid TileGrid::for_box gives
+            const auto grid = io::TileGrid::for_box(b.bytes.shape, dtype_size(b.bytes.type));
+            if (!grid || grid->count() != t) throw Error(name, e.path.str(), "a rank sent tile checksums for another grid");
+            b.tile_bytes = grid->tile_bytes;
+            b.tile_rows = grid->tile_rows;
+            b.tiles.assign(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + t));
+          }
+          at += t;
         }
       }
     }

@@ -189,6 +189,9 @@ class ObjectReader final : public IndexReader {
   // fetches only each piece, verified by the caller against the leaf's xxh3.
   bool has_xxh3() const override { return true; }
   bool reads_ranges() const override { return true; }
+  // A request is worth about a piece: parts of boxes are fetched a piece (1 MiB) or a
+  // few contiguous runs at a time, not a ranged GET per row.
+  std::uint64_t range_overhead() const override { return box_piece; }
   void read_range(const Index& index, const IndexEntry& e, std::uint64_t at, std::span<std::byte> dst) const override {
     if (e.file.empty()) {
       std::copy_n(e.inline_bytes.begin() + static_cast<std::ptrdiff_t>(at), dst.size(), dst.begin());

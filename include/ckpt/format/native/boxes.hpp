@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
+#include <ckpt/io/tile_checksums.hpp>
 #include <ckpt/snapshot.hpp>
 
 namespace ckpt::detail::native {
@@ -21,6 +23,32 @@ inline std::vector<std::uint64_t> piece_checksums(std::span<const std::byte> byt
   for (std::size_t at = 0; at < bytes.size(); at += box_piece)
     out.push_back(io::xxh3(bytes.subspan(at, std::min<std::size_t>(box_piece, bytes.size() - at))));
   return out;
+}
+
+// The tile checksums (io/tile_checksums.hpp) of a box of `shape` holding `bytes`, for a
+// box that a verified partial read reads in parts (larger than one piece; smaller ones
+// are read whole) and whose rows are long enough to cut; else none.
+inline std::vector<std::uint64_t> box_tile_checksums(const Shape& shape, dtype type, std::span<const std::byte> bytes) {
+  if (bytes.size() <= box_piece) return {};
+  const auto grid = io::TileGrid::for_box(shape, dtype_size(type));
+  return grid ? io::tile_checksums(bytes, *grid) : std::vector<std::uint64_t>{};
+}
+
+// Whether b has the tiles this version writes for it (the grid TileGrid::for_box
+// gives): an incremental save reuses them for the same bytes.
+inline bool has_tiles_ckpt_writes(const IndexBox& b) {
+  const auto grid = io::TileGrid::for_box(b.bytes.shape, dtype_size(b.bytes.type));
+  return grid && !b.tiles.empty() && b.tile_bytes == grid->tile_bytes && b.tile_rows == grid->tile_rows &&
+         b.tiles.size() == grid->count();
+}
+
+// Sets b's tile grid and checksums from box_tile_checksums of its bytes (none: no grid).
+inline void set_tile_checksums(IndexBox& b, std::vector<std::uint64_t> tiles) {
+  const auto grid = io::TileGrid::for_box(b.bytes.shape, dtype_size(b.bytes.type));
+  if (tiles.empty() || !grid) return;
+  b.tile_bytes = grid->tile_bytes;
+  b.tile_rows = grid->tile_rows;
+  b.tiles = std::move(tiles);
 }
 
 // Checks a Sharded leaf's box against its global shape; dir names the checkpoint.
@@ -39,9 +67,35 @@ inline void check_leaf_box(const std::string& dir, const SnapshotLeaf& l) {
                                    " lies outside global_shape " + shape_str(b.global_shape));
 }
 
+// The tile checksums of a snapshot's Sharded leaves, hashed on a thread of its own from
+// construction, while the writer writes and fsyncs the data files (on a core the writer
+// leaves idle while it waits for the disk); box_sharded_entries takes them.
+class BoxTiles {
+ public:
+  explicit BoxTiles(const Snapshot& snap) : tiles_(snap.leaves.size()) {
+    bool any = false;
+    for (const auto& l : snap.leaves) any = any || (l.box && l.data.view.size() > box_piece);
+    if (any)
+      hashing_ = std::async(std::launch::async, [this, &snap] {
+        for (std::size_t i = 0; i < snap.leaves.size(); ++i)
+          if (const SnapshotLeaf& l = snap.leaves[i]; l.box) tiles_[i] = box_tile_checksums(l.data.shape, l.data.type, l.data.view);
+      });
+  }
+  std::vector<std::uint64_t> take(std::size_t i) {
+    if (hashing_.valid()) hashing_.get();
+    return std::move(tiles_[i]);
+  }
+
+ private:
+  std::vector<std::vector<std::uint64_t>> tiles_;
+  std::future<void> hashing_;
+};
+
 // After the writer has stored every leaf whole: the entries of Sharded leaves become
-// boxed entries (the global shape, one box holding what was written).
-inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, std::vector<IndexEntry>& entries) {
+// boxed entries (the global shape, one box holding what was written). tiles: their
+// tile checksums, hashed while the writer wrote (null: hashed here).
+inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, std::vector<IndexEntry>& entries,
+                                BoxTiles* tiles = nullptr) {
   for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
     const SnapshotLeaf& l = snap.leaves[i];
     if (!l.box) continue;
@@ -52,6 +106,7 @@ inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, st
     // the writer's chunk checksums are the pieces' (1 MiB each): not hashed twice
     b.pieces = b.bytes.chunk_xxh3.empty() ? piece_checksums(l.data.view) : b.bytes.chunk_xxh3;
     b.ranks = {0};
+    set_tile_checksums(b, tiles ? tiles->take(i) : box_tile_checksums(b.bytes.shape, b.bytes.type, l.data.view));
     IndexEntry e;
     e.path = b.bytes.path;
     e.type = b.bytes.type;

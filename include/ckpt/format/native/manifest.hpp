@@ -26,6 +26,7 @@
 #include <ckpt/detail/msgpack.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
+#include <ckpt/io/tile_checksums.hpp>
 #include <ckpt/version.hpp>
 
 namespace ckpt::native_format {
@@ -34,7 +35,9 @@ inline constexpr const char* format_name = "ckpt-native";
 // 1: every leaf stored whole, one checksum each. 2: some leaves stored as boxes
 // ("boxes", Sharded leaves) and/or leaves longer than checksum_chunk_bytes carrying
 // per-chunk checksums ("chunk_bytes", "chunk_xxh3"); written only when a checkpoint
-// has such a leaf, so that others stay readable by older versions.
+// has such a leaf, so that others stay readable by older versions. A box may also carry
+// tile checksums ("tile_bytes", "tile_rows", "tiles": io/tile_checksums.hpp), which
+// readers that do not know them skip: they add no version.
 inline constexpr std::uint64_t format_version = 2;
 // Leaves longer than this carry per-chunk checksums (format version 2).
 inline constexpr std::uint64_t checksum_chunk_bytes = std::uint64_t{1} << 20;
@@ -73,7 +76,10 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
   {
     std::size_t estimate = 4096;
     for (const auto& s : info.schema) estimate += s.path.size() + 32;
-    for (const auto& e : entries) estimate += e.inline_bytes.size() + 160 + 16 * e.chunk_xxh3.size() + 256 * e.boxes.size();
+    for (const auto& e : entries) {
+      estimate += e.inline_bytes.size() + 160 + 16 * e.chunk_xxh3.size() + 256 * e.boxes.size();
+      for (const auto& b : e.boxes) estimate += 8 * (b.pieces.size() + b.tiles.size());
+    }
     out.reserve(estimate);
   }
   ManifestBuffer buf{out};
@@ -145,7 +151,8 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
     str("boxes");
     pk.pack_array(static_cast<std::uint32_t>(e.boxes.size()));
     for (const auto& b : e.boxes) {
-      pk.pack_map(9);  // origin shape ranks pieces, then the storage fields
+      const bool tiled = !b.tiles.empty();
+      pk.pack_map(tiled ? 12 : 9);  // origin shape ranks pieces [tiles], then the storage fields
       str("origin");
       pk.pack_array(static_cast<std::uint32_t>(b.origin.size()));
       for (auto d : b.origin) pk.pack(d);
@@ -161,6 +168,16 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
         for (int k = 0; k < 8; ++k) le.push_back(static_cast<char>((h >> (8 * k)) & 0xff));
       pk.pack_bin(static_cast<std::uint32_t>(le.size()));
       pk.pack_bin_body(le.data(), static_cast<std::uint32_t>(le.size()));
+      if (tiled) {  // io/tile_checksums.hpp: the grid, and each tile's little-endian checksum
+        str("tile_bytes"); pk.pack(b.tile_bytes);
+        str("tile_rows"); pk.pack(b.tile_rows);
+        str("tiles");
+        le.clear();
+        for (std::uint64_t h : b.tiles)
+          for (int k = 0; k < 8; ++k) le.push_back(static_cast<char>((h >> (8 * k)) & 0xff));
+        pk.pack_bin(static_cast<std::uint32_t>(le.size()));
+        pk.pack_bin_body(le.data(), static_cast<std::uint32_t>(le.size()));
+      }
       storage(b.bytes);
     }
   }
@@ -229,11 +246,12 @@ inline void check_within_file(const std::string& checkpoint, const IndexEntry& e
 namespace keys {
 enum : std::size_t { file, offset, length, xxh3, inline_bytes, codec };
 enum : std::size_t { path = codec + 1, dtype, shape, chunk_bytes, chunk_xxh3, boxes };
-enum : std::size_t { origin = codec + 1, box_shape, ranks, pieces };
+enum : std::size_t { origin = codec + 1, box_shape, ranks, pieces, tile_bytes, tile_rows, tiles };
 inline constexpr detail::mp::KeyNames<12> leaf(std::array<std::string_view, 12>{
     "file", "offset", "length", "xxh3", "inline", "codec", "path", "dtype", "shape", "chunk_bytes", "chunk_xxh3", "boxes"});
-inline constexpr detail::mp::KeyNames<10> box(std::array<std::string_view, 10>{
-    "file", "offset", "length", "xxh3", "inline", "codec", "origin", "shape", "ranks", "pieces"});
+inline constexpr detail::mp::KeyNames<13> box(std::array<std::string_view, 13>{
+    "file", "offset", "length", "xxh3", "inline", "codec", "origin", "shape", "ranks", "pieces", "tile_bytes",
+    "tile_rows", "tiles"});
 enum : std::size_t { format, format_version, processes, library_version, type, fingerprint, schema, leaves };
 inline constexpr detail::mp::KeyNames<8> root(std::array<std::string_view, 8>{
     "format", "format_version", "processes", "library_version", "type", "fingerprint", "schema", "leaves"});
@@ -300,6 +318,19 @@ inline void decode_boxes(detail::mp::Cursor& c, IndexEntry& e) {
       const std::string_view bin = pc->string_if(false, true);
       if (!bin.data() || bin.size() % 8 != 0) lr.fail("box pieces must be binary");
       b.pieces = le_u64s(std::as_bytes(std::span(bin)));
+    }
+    if (auto* tc = f.find(keys::tiles)) {  // io/tile_checksums.hpp; the grid must be one ckpt could cut
+      const std::string_view bin = tc->string_if(false, true);
+      if (!bin.data() || bin.size() % 8 != 0) lr.fail("box tiles must be binary");
+      b.tile_bytes = f.at(keys::tile_bytes).u64("tile_bytes");
+      b.tile_rows = f.at(keys::tile_rows).u64("tile_rows");
+      const auto g = io::TileGrid::recorded(b.bytes.shape, dtype_size(e.type), b.tile_bytes, b.tile_rows);
+      if (!g)
+        lr.fail("box tiles of " + std::to_string(b.tile_bytes) + " bytes by " + std::to_string(b.tile_rows) +
+                " rows do not fit the box of shape " + shape_str(b.bytes.shape));
+      if (bin.size() / 8 != g->count())
+        lr.fail("box tiles must hold " + std::to_string(g->count()) + " checksums, not " + std::to_string(bin.size() / 8));
+      b.tiles = le_u64s(std::as_bytes(std::span(bin)));
     }
     decode_storage(f, b.bytes);
     // Writers since format v2's chunk checksums hash a box larger than a chunk chunk by

@@ -229,6 +229,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
   if (progress.active() && plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
   const unsigned nfiles = detail::native::data_file_count(opt, large.size());
   const auto per_file = detail::native::place_in_files(entries, large, nfiles);
+  detail::native::BoxTiles tiles(snap);  // Sharded leaves' tile checksums, hashed meanwhile
 
   if (!large.empty()) {
     if (nfiles == 1) {
@@ -253,7 +254,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
     }
   }
 
-  detail::native::box_sharded_entries(dir.string(), snap, entries);  // Sharded leaves
+  detail::native::box_sharded_entries(dir.string(), snap, entries, &tiles);  // Sharded leaves
   progress.check();  // issue 11: a cancel seen by another thread stops the commit
   IndexInfo info;
   info.type_name = snap.type_name;
