@@ -2924,6 +2924,17 @@ inline std::uint64_t piece_read_bytes(const std::vector<BoxRun>& runs, std::uint
   return bytes;
 }
 
+// Calls f(run, row, begin, end) for every row of a box seen as rows of row_bytes that
+// a run covers, with bytes [begin, end) of that row, in increasing order.
+template <class F>
+void for_each_row_part(const std::vector<BoxRun>& runs, std::uint64_t row_bytes, F&& f) {
+  for (const BoxRun& r : runs) {
+    const std::uint64_t first = r.src / row_bytes, last = (r.src + r.len - 1) / row_bytes;
+    for (std::uint64_t row = first; row <= last; ++row)
+      f(r, row, row == first ? r.src - row * row_bytes : 0, row == last ? r.src + r.len - row * row_bytes : row_bytes);
+  }
+}
+
 // A read by tiles (io/tile_checksums.hpp): per row block, the tile columns [lo, hi) any
 // run touches there, all of whose rows are read (hi == 0: none).
 struct TilePlan {
@@ -2934,17 +2945,11 @@ struct TilePlan {
   std::uint64_t largest = 0;  // its largest row block's bytes, one buffer
 
   TilePlan(const io::TileGrid& g, const std::vector<BoxRun>& runs) : grid(g), lo(g.row_blocks(), ~std::uint64_t{0}), hi(g.row_blocks(), 0) {
-    const std::uint64_t L = g.row_bytes, S = g.tile_bytes;
-    for (const BoxRun& r : runs) {
-      const std::uint64_t first = r.src / L, last = (r.src + r.len - 1) / L;
-      for (std::uint64_t row = first; row <= last; ++row) {
-        const std::uint64_t a = row == first ? r.src - row * L : 0;
-        const std::uint64_t e = row == last ? r.src + r.len - row * L : L;
-        const std::uint64_t b = row / g.tile_rows;
-        lo[b] = std::min(lo[b], a / S);
-        hi[b] = std::max(hi[b], (e - 1) / S + 1);
-      }
-    }
+    for_each_row_part(runs, g.row_bytes, [&](const BoxRun&, std::uint64_t row, std::uint64_t a, std::uint64_t e) {
+      const std::uint64_t b = row / g.tile_rows;
+      lo[b] = std::min(lo[b], a / g.tile_bytes);
+      hi[b] = std::max(hi[b], (e - 1) / g.tile_bytes + 1);
+    });
     for (std::uint64_t b = 0; b < lo.size(); ++b)
       if (hi[b] > 0) {
         const std::uint64_t block = rows_in(b) * width(b);
@@ -2986,17 +2991,12 @@ inline void read_by_tiles(const Index& index, const IndexReader& reader, const I
     }
     loaded = b;
   };
-  for (const BoxRun& r : runs) {
-    const std::uint64_t first = r.src / L, last = (r.src + r.len - 1) / L;
-    for (std::uint64_t row = first; row <= last; ++row) {
-      const std::uint64_t a = row == first ? r.src - row * L : 0;
-      const std::uint64_t e = row == last ? r.src + r.len - row * L : L;
-      const std::uint64_t b = row / g.tile_rows;
-      if (b != loaded) load(b);
-      const std::uint64_t w = plan.width(b), c0 = plan.lo[b] * S;
-      std::memcpy(dst.data() + r.dst + (row * L + a - r.src), buf.data() + (row - b * g.tile_rows) * w + (a - c0), e - a);
-    }
-  }
+  for_each_row_part(runs, L, [&](const BoxRun& r, std::uint64_t row, std::uint64_t a, std::uint64_t e) {
+    const std::uint64_t b = row / g.tile_rows;
+    if (b != loaded) load(b);
+    const std::uint64_t w = plan.width(b), c0 = plan.lo[b] * S;
+    std::memcpy(dst.data() + r.dst + (row * L + a - r.src), buf.data() + (row - b * g.tile_rows) * w + (a - c0), e - a);
+  });
 }
 
 // A read by tiles holds one row block in memory: at most this much (else by pieces).
