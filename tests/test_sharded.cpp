@@ -236,6 +236,13 @@ TEST_CASE("a column strip of a box saved by rows reads and verifies the box's ti
   });
   t = strip();
   CHECK_THROWS_CKPT(ckpt::restore_into(tmp / "e", t), ckpt::CorruptCheckpointError, "w: checksum mismatch in the tile at row 0");
+  // A whole read trusts the box's own checksum; `ckpt verify` also checks the tiles'.
+  CHECK(ckpt::restore<PlainState>(tmp / "e").w == global_w(1024, 1024));
+  const auto edited = ckpt::open_index(tmp / "e");
+  CHECK_THROWS_CKPT(edited->check_box_checksums(*edited->find(ckpt::Path({"w"}))), ckpt::CorruptCheckpointError,
+                    "w: the box at [0,0]: its tile checksums do not match its bytes");
+  const auto intact = ckpt::open_index(tmp / "c");
+  intact->check_box_checksums(*intact->find(ckpt::Path({"w"})));
 }
 
 TEST_CASE("hostile boxes in a manifest are refused when the checkpoint is opened") {

@@ -2550,6 +2550,10 @@ class Index {
   // dst, reading only the stored bytes that intersect it (for Sharded targets).
   void read_box(const IndexEntry& e, const Shape& origin, const Shape& shape, std::span<std::byte> dst,
                 bool verify = true) const;
+  // Reads each stored box of e whole, one at a time, and checks the checksums that reads
+  // of parts of it trust, its pieces' and its tiles' (a whole read checks only the box's
+  // own): what `ckpt verify` adds for boxed leaves.
+  void check_box_checksums(const IndexEntry& e) const;
   const std::shared_ptr<const IndexReader>& reader() const noexcept { return reader_; }
   // All of them at once, when the reader reads in batches (IndexReader::read_batch); false otherwise.
   bool read_batch(std::span<const LeafRead> reads) const { return reader_->read_batch(*this, reads); }
@@ -2887,6 +2891,27 @@ CKPT_API void Index::read(const IndexEntry& e, std::span<std::byte> dst, bool ve
     throw Error(checkpoint_, e.path.str(), "out of memory reading the leaf");
   } catch (const std::exception& x) {  // one a reader did not foresee: still an Error naming the leaf
     throw CorruptCheckpointError(checkpoint_, e.path.str(), std::string("cannot read the leaf: ") + x.what());
+  }
+}
+
+CKPT_API void Index::check_box_checksums(const IndexEntry& e) const {
+  for (const IndexBox& b : e.boxes) {
+    if (b.pieces.empty() && b.tiles.empty()) continue;
+    std::vector<std::byte> bytes(b.bytes.length);
+    reader_->read(*this, b.bytes, bytes, true);
+    const std::string box = "the box at " + shape_str(b.origin) + ": ";
+    if (!b.pieces.empty()) {
+      bool same = b.pieces.size() == (bytes.size() + box_piece - 1) / box_piece;
+      for (std::size_t p = 0; same && p < b.pieces.size(); ++p)
+        same = io::xxh3(std::span(bytes).subspan(p * box_piece, std::min<std::size_t>(box_piece, bytes.size() - p * box_piece))) ==
+               b.pieces[p];
+      if (!same) throw CorruptCheckpointError(checkpoint_, e.path.str(), box + "its piece checksums do not match its bytes");
+    }
+    if (!b.tiles.empty()) {
+      const auto grid = io::TileGrid::recorded(b.bytes.shape, dtype_size(b.bytes.type), b.tile_bytes, b.tile_rows);
+      if (!grid || io::tile_checksums(bytes, *grid) != b.tiles)
+        throw CorruptCheckpointError(checkpoint_, e.path.str(), box + "its tile checksums do not match its bytes");
+    }
   }
 }
 
