@@ -3,6 +3,9 @@
 #include "support.hpp"
 
 #include <cstdio>
+#include <cstring>
+
+#include <ckpt/io/batch_read.hpp>
 #include <sstream>
 
 namespace native_test {
@@ -183,6 +186,33 @@ TEST_CASE("a checkpoint is a directory of exactly manifest, commit and data file
   CHECK(names == std::vector<std::string>{"commit", "data-0", "manifest"});
   // Every leaf is padded to the 4 KiB alignment, the last one too.
   CHECK(std::filesystem::file_size(tmp / "c" / "data-0") % 4096 == 0);
+}
+
+TEST_CASE("io::pread_ranges reads scattered ranges exactly, through io_uring or pread, and says where a file ends") {
+  test::TempDir tmp;
+  const std::filesystem::path file = tmp / "f";
+  std::vector<char> bytes(1 << 20);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 31 + i / 7);
+  test::write_bytes(file, bytes);
+  const ckpt::io::File f = ckpt::io::File::open_read(file);
+  // 3000 ranges of 100 bytes, every 333 bytes: more than one ring's worth (256)
+  auto read_all = [&](std::uint64_t extra_at) {
+    std::vector<std::byte> out(3001 * 100);
+    std::vector<ckpt::io::RangeRead> ops;
+    for (std::size_t i = 0; i < 3000; ++i) ops.push_back({i * 333, std::span(out).subspan(i * 100, 100)});
+    if (extra_at) ops.push_back({extra_at, std::span(out).subspan(3000 * 100, 100)});
+    ckpt::io::pread_ranges(f, ops, file);
+    for (std::size_t i = 0; i < 3000; ++i)
+      CHECK(std::memcmp(out.data() + i * 100, bytes.data() + i * 333, 100) == 0);
+  };
+  read_all(0);
+  read_all(bytes.size() - 100);  // the last 100 bytes: still whole
+  CHECK_THROWS_CKPT(read_all(bytes.size() - 40), ckpt::CorruptCheckpointError, "file ends at byte 1048576, before the 1048636");
+  // pread only (CKPT_IO_URING=0): the same
+  ::setenv("CKPT_IO_URING", "0", 1);
+  read_all(0);
+  CHECK_THROWS_CKPT(read_all(bytes.size() - 40), ckpt::CorruptCheckpointError, "file ends at byte 1048576, before the 1048636");
+  ::unsetenv("CKPT_IO_URING");
 }
 
 }  // namespace native_test

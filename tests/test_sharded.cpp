@@ -191,9 +191,16 @@ TEST_CASE("a column strip of a box saved by rows reads and verifies the box's ti
     return t;
   };
   ShardedState t = strip();
+  ckpt::restore_into(tmp / "c", t);  // through io_uring where the kernel allows it
+  CHECK(t.w.local == box(1024, 1024, 0, 1024, 300, 256).local);
+  // What it reads, counted by the kernel's rchar, which counts read(2)/pread(2) but not
+  // io_uring's reads: the same ranges read by pread (CKPT_IO_URING=0).
+  t = strip();
+  ::setenv("CKPT_IO_URING", "0", 1);
   const std::uint64_t before = test::bytes_read();
   ckpt::restore_into(tmp / "c", t);
   const std::uint64_t read = test::bytes_read() - before;
+  ::unsetenv("CKPT_IO_URING");
   CHECK(t.w.local == box(1024, 1024, 0, 1024, 300, 256).local);
   const std::uint64_t wanted = 1024 * 256 * 4, tiles = 1024 * 288 * 4;
   CHECK(read >= tiles);
@@ -473,9 +480,11 @@ TEST_CASE("mpi np3: column strips of boxes saved by 2 ranks' rows read the tiles
   }
   world.barrier();
   ShardedState s = cols_target(768, 1024, world.rank(), 3);
+  ::setenv("CKPT_IO_URING", "0", 1);  // rchar counts pread's bytes, not io_uring's
   const std::uint64_t before = test::bytes_read();
   ckpt::mpi::restore_into(world, dir / "c", s);
   const std::uint64_t read = test::bytes_read() - before;
+  ::unsetenv("CKPT_IO_URING");
   const auto [c0, nc] = split(1024, 3, static_cast<std::size_t>(world.rank()));
   CHECK(s.w.local == box(768, 1024, 0, 768, c0, nc).local);
   const std::uint64_t wanted = 768 * nc * 4;

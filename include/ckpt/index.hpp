@@ -75,6 +75,12 @@ struct LeafRead {
   bool verify;
 };
 
+// A range of a stored leaf or box to read: bytes [at, at + dst.size()).
+struct LeafRange {
+  std::uint64_t at;
+  std::span<std::byte> dst;
+};
+
 // How a format fetches a leaf's bytes; it has checked the entry's bounds when opening.
 class IndexReader {
  public:
@@ -97,6 +103,11 @@ class IndexReader {
     read(index, e, all, false);
     std::copy(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + dst.size()),
               dst.begin());
+  }
+  // Reads several ranges of one stored leaf or box, unverified: one read_range each, or
+  // fewer calls where the reader can batch them (the native format: io/batch_read.hpp).
+  virtual void read_ranges(const Index& index, const IndexEntry& e, std::span<const LeafRange> ranges) const {
+    for (const LeafRange& r : ranges) read_range(index, e, r.at, r.dst);
   }
   // A reader for which many leaves are cheaper fetched together than one by one (an
   // object store: a few large ranged GETs instead of one request per leaf) reads them
@@ -440,6 +451,7 @@ inline void read_by_tiles(const Index& index, const IndexReader& reader, const I
   const io::TileGrid& g = plan.grid;
   const std::uint64_t L = g.row_bytes, S = g.tile_bytes, cols = g.col_tiles();
   std::vector<std::byte> buf;
+  std::vector<LeafRange> ranges;
   std::uint64_t loaded = ~std::uint64_t{0};
   auto load = [&](std::uint64_t b) {
     const std::uint64_t r0 = b * g.tile_rows, rows = plan.rows_in(b), w = plan.width(b), c0 = plan.lo[b] * S;
@@ -447,7 +459,9 @@ inline void read_by_tiles(const Index& index, const IndexReader& reader, const I
     if (w == L) {
       reader.read_range(index, be, r0 * L, buf);
     } else {
-      for (std::uint64_t i = 0; i < rows; ++i) reader.read_range(index, be, (r0 + i) * L + c0, std::span(buf).subspan(i * w, w));
+      ranges.clear();
+      for (std::uint64_t i = 0; i < rows; ++i) ranges.push_back({(r0 + i) * L + c0, std::span(buf).subspan(i * w, w)});
+      reader.read_ranges(index, be, ranges);
     }
     for (std::uint64_t j = plan.lo[b]; j < plan.hi[b]; ++j) {
       std::uint64_t h = 0;
@@ -470,20 +484,25 @@ inline void read_by_tiles(const Index& index, const IndexReader& reader, const I
 // A read by tiles holds one row block in memory: at most this much (else by pieces).
 inline constexpr std::uint64_t max_tile_block_bytes = std::uint64_t{64} << 20;
 
-// Unverified runs of a box: one read_range each, or, where the reader's range_overhead
+// Unverified runs of a box: read_ranges of them, or, where the reader's range_overhead
 // is worth more than the gap between runs, one range over several (at most
 // max_run_group bytes, through a buffer).
 inline constexpr std::uint64_t max_run_group = std::uint64_t{16} << 20;
 inline void read_runs(const Index& index, const IndexReader& reader, const IndexEntry& be,
                       const std::vector<BoxRun>& runs, std::span<std::byte> dst, std::uint64_t overhead) {
   std::vector<std::byte> buf;
+  std::vector<LeafRange> single;  // runs read on their own, handed over in batches
   for (std::size_t i = 0; i < runs.size();) {
     std::size_t j = i + 1;
     while (j < runs.size() && runs[j].src - (runs[j - 1].src + runs[j - 1].len) <= overhead &&
            runs[j].src + runs[j].len - runs[i].src <= max_run_group)
       ++j;
     if (j == i + 1) {
-      reader.read_range(index, be, runs[i].src, dst.subspan(runs[i].dst, runs[i].len));
+      single.push_back({runs[i].src, dst.subspan(runs[i].dst, runs[i].len)});
+      if (single.size() == 4096) {
+        reader.read_ranges(index, be, single);
+        single.clear();
+      }
     } else {
       const std::uint64_t begin = runs[i].src, end = runs[j - 1].src + runs[j - 1].len;
       buf.resize(end - begin);
@@ -492,6 +511,7 @@ inline void read_runs(const Index& index, const IndexReader& reader, const Index
     }
     i = j;
   }
+  if (!single.empty()) reader.read_ranges(index, be, single);
 }
 
 // Reads the part of one stored box (bytes be at origin bo; box: its piece and tile

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <ckpt/format/native/manifest.hpp>
+#include <ckpt/io/batch_read.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/file.hpp>
 
@@ -108,6 +109,20 @@ class Reader final : public IndexReader {
     try {
       const auto& [f, name] = files_.at(e.file);
       io::pread_exact(f, dst, e.offset + at, name);
+    } catch (const Error& err) {
+      throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
+    }
+  }
+
+  // Many ranges of one leaf or box (a column strip's rows): batched (io/batch_read.hpp).
+  void read_ranges(const Index& index, const IndexEntry& e, std::span<const LeafRange> ranges) const override {
+    if (e.file.empty()) return IndexReader::read_ranges(index, e, ranges);
+    std::vector<io::RangeRead> ops;
+    ops.reserve(ranges.size());
+    for (const LeafRange& r : ranges) ops.push_back({e.offset + r.at, r.dst});
+    try {
+      const auto& [f, name] = files_.at(e.file);
+      io::pread_ranges(f, ops, name);
     } catch (const Error& err) {
       throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
     }
