@@ -5732,6 +5732,8 @@ class BoxTiles {
           if (const SnapshotLeaf& l = snap.leaves[i]; l.box) tiles_[i] = box_tile_checksums(l.data.shape, l.data.type, l.data.view);
       });
   }
+  BoxTiles(const BoxTiles&) = delete;  // the hashing thread holds `this`
+  BoxTiles& operator=(const BoxTiles&) = delete;
   std::vector<std::uint64_t> take(std::size_t i) {
     if (hashing_.valid()) hashing_.get();
     return std::move(tiles_[i]);
