@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/io/checksum.hpp>
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/tree/path.hpp>
 #include <ckpt/tree/schema.hpp>
@@ -65,6 +66,15 @@ struct IndexBox {
   std::vector<std::uint64_t> tiles{};
 };
 inline constexpr std::uint64_t box_piece = std::uint64_t{1} << 20;
+// The xxh3 of each box_piece bytes of a box larger than one piece (else none: the box's
+// own checksum covers it), so that a reader of part of a box verifies what it reads.
+inline std::vector<std::uint64_t> box_piece_checksums(std::span<const std::byte> bytes) {
+  std::vector<std::uint64_t> out;
+  if (bytes.size() <= box_piece) return out;
+  for (std::size_t at = 0; at < bytes.size(); at += box_piece)
+    out.push_back(io::xxh3(bytes.subspan(at, std::min<std::size_t>(box_piece, bytes.size() - at))));
+  return out;
+}
 
 class Index;
 
@@ -354,13 +364,8 @@ CKPT_API void Index::check_box_checksums(const IndexEntry& e) const {
     std::vector<std::byte> bytes(b.bytes.length);
     reader_->read(*this, b.bytes, bytes, true);
     const std::string box = "the box at " + shape_str(b.origin) + ": ";
-    if (!b.pieces.empty()) {
-      bool same = b.pieces.size() == (bytes.size() + box_piece - 1) / box_piece;
-      for (std::size_t p = 0; same && p < b.pieces.size(); ++p)
-        same = io::xxh3(std::span(bytes).subspan(p * box_piece, std::min<std::size_t>(box_piece, bytes.size() - p * box_piece))) ==
-               b.pieces[p];
-      if (!same) throw CorruptCheckpointError(checkpoint_, e.path.str(), box + "its piece checksums do not match its bytes");
-    }
+    if (!b.pieces.empty() && box_piece_checksums(bytes) != b.pieces)
+      throw CorruptCheckpointError(checkpoint_, e.path.str(), box + "its piece checksums do not match its bytes");
     if (!b.tiles.empty()) {
       const auto grid = io::TileGrid::recorded(b.bytes.shape, dtype_size(b.bytes.type), b.tile_bytes, b.tile_rows);
       if (!grid || io::tile_checksums(bytes, *grid) != b.tiles)

@@ -1724,6 +1724,59 @@ struct leaf_codec<lazy<U>> {
 #include <string>
 #include <vector>
 
+// begin ckpt/io/checksum.hpp
+// ckpt/io/checksum.hpp — xxh3-64 checksums: fast enough to verify at memory speed.
+//
+// On x86-64, Debian's libxxhash picks the widest vector unit at run time (SSE2,
+// AVX2 or AVX-512: the *_dispatch functions). A header-only inline xxh3 would be
+// compiled for the build's baseline (SSE2) and hash at about half the speed, which
+// is what decides whether verifying a restore keeps up with reading it.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#if defined(__x86_64__)
+#define XXH_STATIC_LINKING_ONLY    // XXH3_state_t
+#define XXH_DISPATCH_DISABLE_REPLACE  // call the *_dispatch functions by name, rename nothing
+#include <xxhash.h>
+#include <xxh_x86dispatch.h>
+#define CKPT_XXH3(fn) fn##_dispatch
+#else
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+#undef XXH_INLINE_ALL
+#define CKPT_XXH3(fn) fn
+#endif
+
+namespace ckpt::io {
+
+inline std::uint64_t xxh3(std::span<const std::byte> bytes) noexcept {
+  return CKPT_XXH3(XXH3_64bits)(bytes.data(), bytes.size());
+}
+
+// Seeded form, to chain checksums over pieces (io/tile_checksums.hpp).
+inline std::uint64_t xxh3(std::span<const std::byte> bytes, std::uint64_t seed) noexcept {
+  return CKPT_XXH3(XXH3_64bits_withSeed)(bytes.data(), bytes.size(), seed);
+}
+
+// Incremental form, for data read in pieces.
+class Xxh3Stream {
+ public:
+  Xxh3Stream() noexcept { XXH3_64bits_reset(&state_); }
+  void update(std::span<const std::byte> bytes) noexcept {
+    CKPT_XXH3(XXH3_64bits_update)(&state_, bytes.data(), bytes.size());
+  }
+  std::uint64_t digest() const noexcept { return XXH3_64bits_digest(&state_); }
+
+ private:
+  XXH3_state_t state_;
+};
+
+}  // namespace ckpt::io
+
+#undef CKPT_XXH3
+// end ckpt/io/checksum.hpp
 // begin ckpt/tree/path.hpp
 // ckpt/tree/path.hpp — a key path into a tree: field names, list indices, map keys.
 //
@@ -1836,59 +1889,6 @@ class Path {
 #include <vector>
 
 #if CKPT_DEFINE_API
-// begin ckpt/io/checksum.hpp
-// ckpt/io/checksum.hpp — xxh3-64 checksums: fast enough to verify at memory speed.
-//
-// On x86-64, Debian's libxxhash picks the widest vector unit at run time (SSE2,
-// AVX2 or AVX-512: the *_dispatch functions). A header-only inline xxh3 would be
-// compiled for the build's baseline (SSE2) and hash at about half the speed, which
-// is what decides whether verifying a restore keeps up with reading it.
-
-#include <cstddef>
-#include <cstdint>
-#include <span>
-
-#if defined(__x86_64__)
-#define XXH_STATIC_LINKING_ONLY    // XXH3_state_t
-#define XXH_DISPATCH_DISABLE_REPLACE  // call the *_dispatch functions by name, rename nothing
-#include <xxhash.h>
-#include <xxh_x86dispatch.h>
-#define CKPT_XXH3(fn) fn##_dispatch
-#else
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-#undef XXH_INLINE_ALL
-#define CKPT_XXH3(fn) fn
-#endif
-
-namespace ckpt::io {
-
-inline std::uint64_t xxh3(std::span<const std::byte> bytes) noexcept {
-  return CKPT_XXH3(XXH3_64bits)(bytes.data(), bytes.size());
-}
-
-// Seeded form, to chain checksums over pieces (io/tile_checksums.hpp).
-inline std::uint64_t xxh3(std::span<const std::byte> bytes, std::uint64_t seed) noexcept {
-  return CKPT_XXH3(XXH3_64bits_withSeed)(bytes.data(), bytes.size(), seed);
-}
-
-// Incremental form, for data read in pieces.
-class Xxh3Stream {
- public:
-  Xxh3Stream() noexcept { XXH3_64bits_reset(&state_); }
-  void update(std::span<const std::byte> bytes) noexcept {
-    CKPT_XXH3(XXH3_64bits_update)(&state_, bytes.data(), bytes.size());
-  }
-  std::uint64_t digest() const noexcept { return XXH3_64bits_digest(&state_); }
-
- private:
-  XXH3_state_t state_;
-};
-
-}  // namespace ckpt::io
-
-#undef CKPT_XXH3
-// end ckpt/io/checksum.hpp
 #endif
 // begin ckpt/tree/node.hpp
 // ckpt/tree/node.hpp — what kind of tree node a C++ type is.
@@ -2454,6 +2454,15 @@ struct IndexBox {
   std::vector<std::uint64_t> tiles{};
 };
 inline constexpr std::uint64_t box_piece = std::uint64_t{1} << 20;
+// The xxh3 of each box_piece bytes of a box larger than one piece (else none: the box's
+// own checksum covers it), so that a reader of part of a box verifies what it reads.
+inline std::vector<std::uint64_t> box_piece_checksums(std::span<const std::byte> bytes) {
+  std::vector<std::uint64_t> out;
+  if (bytes.size() <= box_piece) return out;
+  for (std::size_t at = 0; at < bytes.size(); at += box_piece)
+    out.push_back(io::xxh3(bytes.subspan(at, std::min<std::size_t>(box_piece, bytes.size() - at))));
+  return out;
+}
 
 class Index;
 
@@ -2911,13 +2920,8 @@ CKPT_API void Index::check_box_checksums(const IndexEntry& e) const {
     std::vector<std::byte> bytes(b.bytes.length);
     reader_->read(*this, b.bytes, bytes, true);
     const std::string box = "the box at " + shape_str(b.origin) + ": ";
-    if (!b.pieces.empty()) {
-      bool same = b.pieces.size() == (bytes.size() + box_piece - 1) / box_piece;
-      for (std::size_t p = 0; same && p < b.pieces.size(); ++p)
-        same = io::xxh3(std::span(bytes).subspan(p * box_piece, std::min<std::size_t>(box_piece, bytes.size() - p * box_piece))) ==
-               b.pieces[p];
-      if (!same) throw CorruptCheckpointError(checkpoint_, e.path.str(), box + "its piece checksums do not match its bytes");
-    }
+    if (!b.pieces.empty() && box_piece_checksums(bytes) != b.pieces)
+      throw CorruptCheckpointError(checkpoint_, e.path.str(), box + "its piece checksums do not match its bytes");
     if (!b.tiles.empty()) {
       const auto grid = io::TileGrid::recorded(b.bytes.shape, dtype_size(b.bytes.type), b.tile_bytes, b.tile_rows);
       if (!grid || io::tile_checksums(bytes, *grid) != b.tiles)
@@ -4674,6 +4678,15 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
     pk.pack_str(static_cast<std::uint32_t>(s.size()));
     pk.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
   };
+  // Checksums (chunks, pieces, tiles) as one binary of little-endian u64s.
+  std::vector<char> le;
+  auto bin_u64s = [&](const std::vector<std::uint64_t>& v) {
+    le.resize(v.size() * 8);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      for (std::size_t k = 0; k < 8; ++k) le[i * 8 + k] = static_cast<char>(v[i] >> (8 * k));
+    pk.pack_bin(static_cast<std::uint32_t>(le.size()));
+    pk.pack_bin_body(le.data(), static_cast<std::uint32_t>(le.size()));
+  };
   // version 2 only when a leaf needs it: boxes (Sharded leaves) or per-chunk checksums
   bool v2 = false;
   for (const auto& e : entries) v2 = v2 || !e.boxes.empty() || !e.chunk_xxh3.empty();
@@ -4721,11 +4734,7 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
       if (has_chunks) {
         str("chunk_bytes"); pk.pack(e.chunk_bytes);
         str("chunk_xxh3");
-        std::vector<char> b(e.chunk_xxh3.size() * 8);
-        for (std::size_t i = 0; i < e.chunk_xxh3.size(); ++i)
-          for (int k = 0; k < 8; ++k) b[i * 8 + static_cast<std::size_t>(k)] = static_cast<char>(e.chunk_xxh3[i] >> (8 * k));
-        pk.pack_bin(static_cast<std::uint32_t>(b.size()));
-        pk.pack_bin_body(b.data(), static_cast<std::uint32_t>(b.size()));
+        bin_u64s(e.chunk_xxh3);
       }
       continue;
     }
@@ -4748,21 +4757,13 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
       str("ranks");
       pk.pack_array(static_cast<std::uint32_t>(b.ranks.size()));
       for (auto r : b.ranks) pk.pack(r);
-      str("pieces");  // little-endian xxh3 of each box_piece bytes (empty when the box is one piece)
-      std::string le;
-      for (std::uint64_t h : b.pieces)
-        for (int k = 0; k < 8; ++k) le.push_back(static_cast<char>((h >> (8 * k)) & 0xff));
-      pk.pack_bin(static_cast<std::uint32_t>(le.size()));
-      pk.pack_bin_body(le.data(), static_cast<std::uint32_t>(le.size()));
-      if (tiled) {  // io/tile_checksums.hpp: the grid, and each tile's little-endian checksum
+      str("pieces");  // the xxh3 of each box_piece bytes (empty when the box is one piece)
+      bin_u64s(b.pieces);
+      if (tiled) {  // io/tile_checksums.hpp: the grid, and each tile's checksum
         str("tile_bytes"); pk.pack(b.tile_bytes);
         str("tile_rows"); pk.pack(b.tile_rows);
         str("tiles");
-        le.clear();
-        for (std::uint64_t h : b.tiles)
-          for (int k = 0; k < 8; ++k) le.push_back(static_cast<char>((h >> (8 * k)) & 0xff));
-        pk.pack_bin(static_cast<std::uint32_t>(le.size()));
-        pk.pack_bin_body(le.data(), static_cast<std::uint32_t>(le.size()));
+        bin_u64s(b.tiles);
       }
       storage(b.bytes);
     }
@@ -5666,16 +5667,6 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
 
 namespace ckpt::detail::native {
 
-// The xxh3 of each box_piece bytes, for boxes larger than one piece (else none: the
-// box's own checksum covers it), so that a reader of part of a box verifies what it reads.
-inline std::vector<std::uint64_t> piece_checksums(std::span<const std::byte> bytes) {
-  std::vector<std::uint64_t> out;
-  if (bytes.size() <= box_piece) return out;
-  for (std::size_t at = 0; at < bytes.size(); at += box_piece)
-    out.push_back(io::xxh3(bytes.subspan(at, std::min<std::size_t>(box_piece, bytes.size() - at))));
-  return out;
-}
-
 // The tile checksums (io/tile_checksums.hpp) of a box of `shape` holding `bytes`, for a
 // box that a verified partial read reads in parts (larger than one piece; smaller ones
 // are read whole) and whose rows are long enough to cut; else none.
@@ -5693,13 +5684,16 @@ inline bool has_tiles_ckpt_writes(const IndexBox& b) {
          b.tiles.size() == grid->count();
 }
 
-// Sets b's tile grid and checksums from box_tile_checksums of its bytes (none: no grid).
-inline void set_tile_checksums(IndexBox& b, std::vector<std::uint64_t> tiles) {
+// Sets b's tile grid (TileGrid::for_box) and its checksums, box_tile_checksums of its
+// bytes (none: b has no tiles). False when they are not one per tile of that grid.
+inline bool set_tile_checksums(IndexBox& b, std::vector<std::uint64_t> tiles) {
+  if (tiles.empty()) return true;
   const auto grid = io::TileGrid::for_box(b.bytes.shape, dtype_size(b.bytes.type));
-  if (tiles.empty() || !grid) return;
+  if (!grid || grid->count() != tiles.size()) return false;
   b.tile_bytes = grid->tile_bytes;
   b.tile_rows = grid->tile_rows;
   b.tiles = std::move(tiles);
+  return true;
 }
 
 // Checks a Sharded leaf's box against its global shape; dir names the checkpoint.
@@ -5757,9 +5751,9 @@ inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, st
     b.origin = l.box->origin;
     b.bytes = std::move(entries[i]);
     // the writer's chunk checksums are the pieces' (1 MiB each): not hashed twice
-    b.pieces = b.bytes.chunk_xxh3.empty() ? piece_checksums(l.data.view) : b.bytes.chunk_xxh3;
+    b.pieces = b.bytes.chunk_xxh3.empty() ? box_piece_checksums(l.data.view) : b.bytes.chunk_xxh3;
     b.ranks = {0};
-    set_tile_checksums(b, tiles ? tiles->take(i) : box_tile_checksums(b.bytes.shape, b.bytes.type, l.data.view));
+    (void)set_tile_checksums(b, tiles ? tiles->take(i) : box_tile_checksums(b.bytes.shape, b.bytes.type, l.data.view));
     IndexEntry e;
     e.path = b.bytes.path;
     e.type = b.bytes.type;
@@ -17403,6 +17397,7 @@ inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& 
   std::vector<IndexEntry>& entries = plan.entries;
   const std::vector<std::size_t>& large = plan.large;
   if (plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
+  ckpt::detail::native::BoxTiles tiles(snap);  // Sharded leaves' tile checksums, hashed while uploading
   for (std::size_t i : large) entries[i].checksum = io::xxh3(snap.leaves[i].data.view);
   // As many data objects as the storage writes at once (S3: its connections), each a
   // single PUT up to the storage's multipart threshold: one PUT per connection moves the
@@ -17440,7 +17435,7 @@ inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& 
   }
   // Sharded leaves: the global shape and the box, as on disk (without this, an object
   // store kept a rank's box as if it were the whole array).
-  ckpt::detail::native::box_sharded_entries(loc.url, snap, entries);
+  ckpt::detail::native::box_sharded_entries(loc.url, snap, entries, &tiles);
   IndexInfo info;
   info.type_name = snap.type_name;
   info.schema = snap.schema;

@@ -288,7 +288,7 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
     // (format version 2) when it is longer than one chunk: the manifest needs them.
     const auto pieces = jobs[k].box < 0 || !entries[k].chunk_xxh3.empty()
                             ? entries[k].chunk_xxh3
-                            : ckpt::detail::native::piece_checksums(mine.leaves[k].data.view);
+                            : box_piece_checksums(mine.leaves[k].data.view);
     out.sums.push_back(pieces.size());
     out.sums.insert(out.sums.end(), pieces.begin(), pieces.end());
     if (jobs[k].box >= 0) {  // and its tile checksums (empty when it has none)
@@ -389,13 +389,9 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
           b.pieces.assign(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + n));
           at += n;
           const auto t = static_cast<std::size_t>(v[at++]);
-          if (t > 0) {  // the writing rank chose the grid TileGrid::for_box gives
-            const auto grid = io::TileGrid::for_box(b.bytes.shape, dtype_size(b.bytes.type));
-            if (!grid || grid->count() != t) throw Error(name, e.path.str(), "a rank sent tile checksums for another grid");
-            b.tile_bytes = grid->tile_bytes;
-            b.tile_rows = grid->tile_rows;
-            b.tiles.assign(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + t));
-          }
+          if (!ckpt::detail::native::set_tile_checksums(
+                  b, {v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + t)}))
+            throw Error(name, e.path.str(), "a rank sent tile checksums for another grid");
           at += t;
         }
       }

@@ -100,6 +100,7 @@ inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& 
   std::vector<IndexEntry>& entries = plan.entries;
   const std::vector<std::size_t>& large = plan.large;
   if (plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
+  ckpt::detail::native::BoxTiles tiles(snap);  // Sharded leaves' tile checksums, hashed while uploading
   for (std::size_t i : large) entries[i].checksum = io::xxh3(snap.leaves[i].data.view);
   // As many data objects as the storage writes at once (S3: its connections), each a
   // single PUT up to the storage's multipart threshold: one PUT per connection moves the
@@ -137,7 +138,7 @@ inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& 
   }
   // Sharded leaves: the global shape and the box, as on disk (without this, an object
   // store kept a rank's box as if it were the whole array).
-  ckpt::detail::native::box_sharded_entries(loc.url, snap, entries);
+  ckpt::detail::native::box_sharded_entries(loc.url, snap, entries, &tiles);
   IndexInfo info;
   info.type_name = snap.type_name;
   info.schema = snap.schema;

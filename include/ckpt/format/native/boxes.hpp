@@ -15,16 +15,6 @@
 
 namespace ckpt::detail::native {
 
-// The xxh3 of each box_piece bytes, for boxes larger than one piece (else none: the
-// box's own checksum covers it), so that a reader of part of a box verifies what it reads.
-inline std::vector<std::uint64_t> piece_checksums(std::span<const std::byte> bytes) {
-  std::vector<std::uint64_t> out;
-  if (bytes.size() <= box_piece) return out;
-  for (std::size_t at = 0; at < bytes.size(); at += box_piece)
-    out.push_back(io::xxh3(bytes.subspan(at, std::min<std::size_t>(box_piece, bytes.size() - at))));
-  return out;
-}
-
 // The tile checksums (io/tile_checksums.hpp) of a box of `shape` holding `bytes`, for a
 // box that a verified partial read reads in parts (larger than one piece; smaller ones
 // are read whole) and whose rows are long enough to cut; else none.
@@ -42,13 +32,16 @@ inline bool has_tiles_ckpt_writes(const IndexBox& b) {
          b.tiles.size() == grid->count();
 }
 
-// Sets b's tile grid and checksums from box_tile_checksums of its bytes (none: no grid).
-inline void set_tile_checksums(IndexBox& b, std::vector<std::uint64_t> tiles) {
+// Sets b's tile grid (TileGrid::for_box) and its checksums, box_tile_checksums of its
+// bytes (none: b has no tiles). False when they are not one per tile of that grid.
+inline bool set_tile_checksums(IndexBox& b, std::vector<std::uint64_t> tiles) {
+  if (tiles.empty()) return true;
   const auto grid = io::TileGrid::for_box(b.bytes.shape, dtype_size(b.bytes.type));
-  if (tiles.empty() || !grid) return;
+  if (!grid || grid->count() != tiles.size()) return false;
   b.tile_bytes = grid->tile_bytes;
   b.tile_rows = grid->tile_rows;
   b.tiles = std::move(tiles);
+  return true;
 }
 
 // Checks a Sharded leaf's box against its global shape; dir names the checkpoint.
@@ -106,9 +99,9 @@ inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, st
     b.origin = l.box->origin;
     b.bytes = std::move(entries[i]);
     // the writer's chunk checksums are the pieces' (1 MiB each): not hashed twice
-    b.pieces = b.bytes.chunk_xxh3.empty() ? piece_checksums(l.data.view) : b.bytes.chunk_xxh3;
+    b.pieces = b.bytes.chunk_xxh3.empty() ? box_piece_checksums(l.data.view) : b.bytes.chunk_xxh3;
     b.ranks = {0};
-    set_tile_checksums(b, tiles ? tiles->take(i) : box_tile_checksums(b.bytes.shape, b.bytes.type, l.data.view));
+    (void)set_tile_checksums(b, tiles ? tiles->take(i) : box_tile_checksums(b.bytes.shape, b.bytes.type, l.data.view));
     IndexEntry e;
     e.path = b.bytes.path;
     e.type = b.bytes.type;

@@ -88,6 +88,15 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
     pk.pack_str(static_cast<std::uint32_t>(s.size()));
     pk.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
   };
+  // Checksums (chunks, pieces, tiles) as one binary of little-endian u64s.
+  std::vector<char> le;
+  auto bin_u64s = [&](const std::vector<std::uint64_t>& v) {
+    le.resize(v.size() * 8);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      for (std::size_t k = 0; k < 8; ++k) le[i * 8 + k] = static_cast<char>(v[i] >> (8 * k));
+    pk.pack_bin(static_cast<std::uint32_t>(le.size()));
+    pk.pack_bin_body(le.data(), static_cast<std::uint32_t>(le.size()));
+  };
   // version 2 only when a leaf needs it: boxes (Sharded leaves) or per-chunk checksums
   bool v2 = false;
   for (const auto& e : entries) v2 = v2 || !e.boxes.empty() || !e.chunk_xxh3.empty();
@@ -135,11 +144,7 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
       if (has_chunks) {
         str("chunk_bytes"); pk.pack(e.chunk_bytes);
         str("chunk_xxh3");
-        std::vector<char> b(e.chunk_xxh3.size() * 8);
-        for (std::size_t i = 0; i < e.chunk_xxh3.size(); ++i)
-          for (int k = 0; k < 8; ++k) b[i * 8 + static_cast<std::size_t>(k)] = static_cast<char>(e.chunk_xxh3[i] >> (8 * k));
-        pk.pack_bin(static_cast<std::uint32_t>(b.size()));
-        pk.pack_bin_body(b.data(), static_cast<std::uint32_t>(b.size()));
+        bin_u64s(e.chunk_xxh3);
       }
       continue;
     }
@@ -162,21 +167,13 @@ inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vecto
       str("ranks");
       pk.pack_array(static_cast<std::uint32_t>(b.ranks.size()));
       for (auto r : b.ranks) pk.pack(r);
-      str("pieces");  // little-endian xxh3 of each box_piece bytes (empty when the box is one piece)
-      std::string le;
-      for (std::uint64_t h : b.pieces)
-        for (int k = 0; k < 8; ++k) le.push_back(static_cast<char>((h >> (8 * k)) & 0xff));
-      pk.pack_bin(static_cast<std::uint32_t>(le.size()));
-      pk.pack_bin_body(le.data(), static_cast<std::uint32_t>(le.size()));
-      if (tiled) {  // io/tile_checksums.hpp: the grid, and each tile's little-endian checksum
+      str("pieces");  // the xxh3 of each box_piece bytes (empty when the box is one piece)
+      bin_u64s(b.pieces);
+      if (tiled) {  // io/tile_checksums.hpp: the grid, and each tile's checksum
         str("tile_bytes"); pk.pack(b.tile_bytes);
         str("tile_rows"); pk.pack(b.tile_rows);
         str("tiles");
-        le.clear();
-        for (std::uint64_t h : b.tiles)
-          for (int k = 0; k < 8; ++k) le.push_back(static_cast<char>((h >> (8 * k)) & 0xff));
-        pk.pack_bin(static_cast<std::uint32_t>(le.size()));
-        pk.pack_bin_body(le.data(), static_cast<std::uint32_t>(le.size()));
+        bin_u64s(b.tiles);
       }
       storage(b.bytes);
     }
