@@ -238,6 +238,55 @@ TEST_CASE("ckpt::save<ckpt::orbax> writes OCDBT + zarr v2 as Orbax 0.11 does; th
   CHECK(ckpt::restore<State>(tmp / "ob").big == s.big);
 }
 
+struct Noisy {
+  std::vector<float> noise;        // random normal float32: zstd saves ~7% of it
+  std::vector<std::int32_t> ramp;  // 0, 1, 2, ...: zstd saves ~40% of it
+};
+
+TEST_CASE("ckpt::orbax stores chunks zstd barely shrinks as stored zstd blocks; the independent decoder reads both kinds") {
+  test::TempDir tmp;
+  Noisy s;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 0.02f);
+  for (int i = 0; i < 50000; ++i) s.noise.push_back(nd(rng));
+  for (int i = 0; i < 50000; ++i) s.ramp.push_back(i);
+  const std::size_t raw = 50000 * 4;
+  double noise_sum = 0;
+  for (float x : s.noise) noise_sum += x;
+
+  // Default: the noise chunk saves under 12%, so it is stored (a zstd frame a few bytes
+  // longer than the data); the ramp stays compressed.
+  ckpt::save<ckpt::orbax>(tmp / "o", s);
+  auto o = oracle_json(tmp / "o/default");
+  CHECK(o["keys"]["noise/0"]["len"].get<std::size_t>() >= raw);
+  CHECK(o["keys"]["noise/0"]["len"].get<std::size_t>() < raw + 64);
+  CHECK(o["keys"]["ramp/0"]["len"].get<std::size_t>() < raw * 3 / 4);  // zstd-1 saves ~40% of it
+  CHECK(o["arrays"]["noise"]["meta"]["compressor"]["id"] == "zstd");
+  CHECK(o["arrays"]["noise"]["sum"].get<double>() == doctest::Approx(noise_sum));
+  CHECK(o["arrays"]["ramp"]["sum"].get<double>() == doctest::Approx(49999.0 * 50000 / 2));
+  auto back = ckpt::restore<Noisy>(tmp / "o");
+  CHECK(back.noise == s.noise);
+  CHECK(back.ramp == s.ramp);
+
+  // MinSavingPercent 0: every chunk compressed, as Orbax writes them.
+  ckpt::save<ckpt::basic_orbax<ckpt::io::codec::zstd, 1, ckpt::orbax_layout::ocdbt, 0>>(tmp / "all", s);
+  o = oracle_json(tmp / "all/default");
+  const auto noise_len = o["keys"]["noise/0"]["len"].get<std::size_t>();
+  CHECK(noise_len < raw * 95 / 100);
+  CHECK(noise_len > raw * 80 / 100);
+  CHECK(o["arrays"]["noise"]["sum"].get<double>() == doctest::Approx(noise_sum));
+  CHECK(ckpt::restore<Noisy>(tmp / "all").noise == s.noise);
+
+  // The same rule in the directory layout, where zarr-python's numcodecs decodes the chunk.
+  ckpt::save<ckpt::orbax_without_ocdbt>(tmp / "dirs", s);
+  CHECK(fs::file_size(tmp / "dirs/default/noise/0") >= raw);
+  const std::string got = python(
+      "import sys, zarr, numpy\na = zarr.open_array(sys.argv[1], mode='r')\n"
+      "print(repr(float(numpy.asarray(a[:], dtype=numpy.float64).sum())))\n",
+      tmp / "dirs/default/noise");
+  CHECK(std::stod(got) == doctest::Approx(noise_sum));
+}
+
 TEST_CASE("OCDBT beyond the fixtures: many keys over several B+tree levels, out-of-line values, several generations") {
   test::TempDir tmp;
   const fs::path db = tmp / "db";

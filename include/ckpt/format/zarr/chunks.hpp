@@ -224,7 +224,7 @@ inline void encode_chunks(const ArrayMeta& m, const LeafBytes& src, const Region
   bp.typesize = es;
   auto emit = [&](const std::string& key, std::span<const std::byte> part) {
     if (m.compressor == io::codec::none) put(key, part);
-    else put(key, io::compress(m.compressor, m.level, part, bp));
+    else put(key, io::compress_if_it_pays(m.compressor, m.level, m.min_saving_percent, part, bp));
   };
   std::vector<std::byte> buf;  // a streamed leaf's current bytes
   const std::size_t rank = m.shape.size();

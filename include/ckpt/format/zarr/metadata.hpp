@@ -49,6 +49,9 @@ struct ArrayMeta {
   char separator = '.';
   io::codec compressor = io::codec::none;
   int level = 1;
+  // Writing only (never read from metadata): chunks that compressing shrinks by less
+  // than this percentage are stored instead (io::compress_if_it_pays; zstd only).
+  int min_saving_percent = 0;
   io::blosc_params blosc;       // compressor "blosc": cname, shuffle, blocksize
   std::vector<std::byte> fill;  // one element, little-endian; empty: zeros
 
