@@ -268,7 +268,7 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
       ++out.pieces_linked;
       progress.add(j.length, 1);
       if (j.box >= 0) {  // the same bytes: the previous step's tiles, if it has them, else hashed
-        if (const IndexBox* b = it->second.box; b && ckpt::detail::native::has_tiles_ckpt_writes(*b)) tiles[k] = b->tiles;
+        if (const IndexBox* b = it->second.box; b && ckpt::detail::native::has_current_tile_grid(*b)) tiles[k] = b->tiles;
         else hash_tiles(k);
       }
     } else {
