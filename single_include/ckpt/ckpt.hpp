@@ -5678,7 +5678,7 @@ inline std::vector<std::uint64_t> box_tile_checksums(const Shape& shape, dtype t
 
 // Whether b has the tiles this version writes for it (the grid TileGrid::for_box
 // gives): an incremental save reuses them for the same bytes.
-inline bool has_tiles_ckpt_writes(const IndexBox& b) {
+inline bool has_current_tile_grid(const IndexBox& b) {
   const auto grid = io::TileGrid::for_box(b.bytes.shape, dtype_size(b.bytes.type));
   return grid && !b.tiles.empty() && b.tile_bytes == grid->tile_bytes && b.tile_rows == grid->tile_rows &&
          b.tiles.size() == grid->count();
