@@ -473,14 +473,17 @@ int main(int argc, char** argv) {
     const double o = median(one_s), m = median(many_s);
     const std::string g = std::to_string(small_leaves) + " x 4 KiB";
     rows.push_back(base_row(g, "save, 1 leaf of the same size", o, bytes));
+    // Issue 11's target for both: 20,000 leaves within 1.5x the time of one leaf of the
+    // same bytes (an earlier issue asked <= 2x of saves).
     rows.push_back(vs_row(g, "save, " + std::to_string(small_leaves) + " leaves", m, bytes, o,
-                          "time <= 2x (>= 0.50x)", 0.5));
+                          "time <= 1.5x (>= 0.67x)", 1 / 1.5));
     rows.back().paired = paired_ratio(one_s, many_s);
     rows.push_back(base_row(g + " ", "restore_into, 1 leaf", median(one_r), bytes));
     rows.push_back(vs_row(g + " ", "restore_into, " + std::to_string(small_leaves) + " leaves", median(many_r),
-                          bytes, median(one_r)));
+                          bytes, median(one_r), "time <= 1.5x (>= 0.67x)", 1 / 1.5));
     rows.back().paired = paired_ratio(one_r, many_r);
-    std::printf("  small leaves: %d rounds; save time ratio many/one = %.2fx (target <= 2x)\n", n, m / o);
+    std::printf("  small leaves: %d rounds; time ratio many/one: save %.2fx, restore_into %.2fx (target <= 1.5x)\n", n,
+                m / o, median(many_r) / median(one_r));
   }
 
   print_rows(rows);
