@@ -87,6 +87,13 @@ inline ZSTD_DCtx* zstd_dctx() {
   if (!z.d && !(z.d = ZSTD_createDCtx())) throw Error("zstd: cannot allocate a decompression context");
   return z.d;
 }
+// One zstd frame of src at `level` into out (resized to fit; its capacity is reused).
+inline void zstd_compress_into(std::vector<std::byte>& out, std::span<const std::byte> src, int level) {
+  out.resize(ZSTD_compressBound(src.size()));
+  const std::size_t n = ZSTD_compressCCtx(zstd_cctx(), out.data(), out.size(), src.data(), src.size(), level);
+  if (ZSTD_isError(n)) throw Error(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+  out.resize(n);
+}
 }  // namespace detail
 
 // Compresses src; gzip and zlib use deflate's own framing (numcodecs' GZip and Zlib).
@@ -128,10 +135,7 @@ inline std::vector<std::byte> compress(codec c, int level, std::span<const std::
     return out;
   }
   if (c == codec::zstd) {
-    out.resize(ZSTD_compressBound(src.size()));
-    const std::size_t n = ZSTD_compressCCtx(detail::zstd_cctx(), out.data(), out.size(), src.data(), src.size(), level);
-    if (ZSTD_isError(n)) throw Error(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
-    out.resize(n);
+    detail::zstd_compress_into(out, src, level);
     return out;
   }
   z_stream z{};
@@ -177,11 +181,7 @@ inline std::vector<std::byte> compress_if_it_pays(codec c, int level, int min_sa
   if (saved * 100 >= static_cast<double>(src.size()) * min_saving_percent) return out;
   // Into the same buffer: its pages are already touched, where a fresh one of a chunk's
   // size costs more in page faults than this pass costs in work.
-  out.resize(ZSTD_compressBound(src.size()));
-  const std::size_t n =
-      ZSTD_compressCCtx(detail::zstd_cctx(), out.data(), out.size(), src.data(), src.size(), ZSTD_minCLevel());
-  if (ZSTD_isError(n)) throw Error(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
-  out.resize(n);
+  detail::zstd_compress_into(out, src, ZSTD_minCLevel());
   return out;
 }
 
