@@ -43,7 +43,7 @@
 #include <ckpt/detail/untrusted.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/native/manifest.hpp>
-#include <ckpt/format/native/writer.hpp>  // write_piece, start_writeback
+#include <ckpt/format/native/writer.hpp>  // write_piece
 #include <ckpt/format/registry.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/io/mapped_file.hpp>
@@ -171,8 +171,8 @@ inline void write_file(const fs::path& file, const std::vector<const SnapshotLea
     io::write_all(f, std::move(batch), file);
     batch.clear();
     written += std::exchange(batch_bytes, 0);
-    if (written - flushed >= nd::writeback_chunk) {
-      nd::start_writeback(f, flushed, written - flushed);
+    if (written - flushed >= io::writeback_chunk) {
+      io::start_writeback(f, flushed, written - flushed);
       flushed = written;
     }
   };

@@ -131,6 +131,22 @@ inline void write_all(const File& f, std::span<const std::byte> bytes, const fs:
   write_all(f, {iovec{const_cast<std::byte*>(bytes.data()), bytes.size()}}, name);
 }
 
+// Every this many bytes written, a writer asks the kernel to start writing the file out
+// (start_writeback). Without it nothing reaches the disk until the final fsync (the
+// dirty limits are far above a checkpoint's size on most machines), so copying and disk
+// I/O would run one after the other instead of at the same time.
+inline constexpr std::uint64_t writeback_chunk = std::uint64_t{32} << 20;
+
+// Starts asynchronous writeback of [offset, offset + length); a hint only, the fsync
+// at the end is what makes the file durable and reports errors.
+inline void start_writeback(const File& f, std::uint64_t offset, std::uint64_t length) noexcept {
+#ifdef SYNC_FILE_RANGE_WRITE
+  (void)::sync_file_range(f.fd(), static_cast<off_t>(offset), static_cast<off_t>(length), SYNC_FILE_RANGE_WRITE);
+#else
+  (void)f, (void)offset, (void)length;
+#endif
+}
+
 // Reads exactly dst.size() bytes at offset; a short file is an error, not a short read.
 inline void pread_exact(const File& f, std::span<std::byte> dst, std::uint64_t offset, const fs::path& name) {
   std::size_t done = 0;

@@ -147,12 +147,12 @@ inline io::File write_own_file(const fs::path& file, std::span<const std::byte> 
     io::write_all(f, part, file);
     progress.add(part.size(), 0);
     const std::uint64_t written = done + part.size();
-    if (written - flushed >= detail::native::writeback_chunk) {
-      detail::native::start_writeback(f, flushed, written - flushed);
+    if (written - flushed >= io::writeback_chunk) {
+      io::start_writeback(f, flushed, written - flushed);
       flushed = written;
     }
   }
-  detail::native::start_writeback(f, flushed, bytes.size() - flushed);
+  io::start_writeback(f, flushed, bytes.size() - flushed);
   return f;
 }
 

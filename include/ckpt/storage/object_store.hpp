@@ -9,8 +9,9 @@
 // (.force) deletes the old marker first, then the old objects, then writes the new
 // ones: a reader sees the old checkpoint, nothing, or the new one, never a mix.
 //
-// Data files, one per storage connection, are streamed from the leaves' memory in one
-// put each, all at once (S3: a PUT, or a parallel multipart upload when large); a
+// The native format's writer is format/native/writer.hpp's, as for a directory: its data
+// objects, one per storage connection, are streamed from the leaves' memory in one put
+// each, all at once (S3: a PUT, or a parallel multipart upload when large); a
 // restore hands every leaf to the storage together (get_many: S3 coalesces them into a
 // few large parallel ranged GETs written straight into the target).
 #pragma once
@@ -39,6 +40,7 @@
 #include <ckpt/io/mapped_file.hpp>
 #include <ckpt/io/staging_dir.hpp>
 #include <ckpt/options.hpp>
+#include <ckpt/restore/verifier.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/storage/storage.hpp>
 
@@ -91,82 +93,10 @@ namespace native_objects {
 
 using namespace ckpt::native_format;
 
-// The same layout as format/native/writer.hpp (readable by either reader once copied):
-// large leaves in data files at 4 KiB boundaries, small ones inline in the manifest.
-inline void write(const Location& loc, const Snapshot& snap, const SaveOptions& opt) {
-  // Progress per data object, as each upload completes: a PUT reports nothing sooner.
-  exec::ProgressTracker progress(opt.progress, snap.total_bytes(), snap.leaves.size(), loc.url);
-  auto plan = ckpt::detail::native::plan_entries(snap, opt);
-  std::vector<IndexEntry>& entries = plan.entries;
-  const std::vector<std::size_t>& large = plan.large;
-  if (plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
-  ckpt::detail::native::BoxTiles tiles(snap);  // Sharded leaves' tile checksums, hashed while uploading
-  for (std::size_t i : large) entries[i].checksum = io::xxh3(snap.leaves[i].data.view);
-  // As many data objects as the storage writes at once (S3: its connections), each a
-  // single PUT up to the storage's multipart threshold: one PUT per connection moves the
-  // bytes at the transport's rate, where a multipart upload costs the server a
-  // concatenation on completion (s3rver, MinIO, Ceph copy the parts). Leaves are whole
-  // within a file, so a state of one huge leaf is one (multipart) object.
-  const std::size_t nfiles =
-      std::clamp<std::size_t>(large.size(), 1, std::max({1u, opt.data_files, loc.storage->parallelism()}));
-  const auto per_file = ckpt::detail::native::place_in_files(entries, large, nfiles);
-  std::vector<std::vector<ConstBytes>> pieces(nfiles);
-  for (std::size_t k = 0; k < nfiles; ++k)
-    for (std::size_t i : per_file[k]) {
-      pieces[k].push_back(snap.leaves[i].data.view);
-      const auto pad = static_cast<std::size_t>(ckpt::detail::native::aligned_length(entries[i].length) - entries[i].length);
-      if (pad) pieces[k].push_back(ConstBytes(ckpt::detail::native::zero_page(), pad));
-    }
-  if (!large.empty()) {  // the data objects at once; the first failure is rethrown
-    std::vector<std::exception_ptr> errors(nfiles);
-    {
-      std::vector<std::jthread> threads;
-      for (std::size_t k = 0; k < nfiles; ++k)
-        threads.emplace_back([&, k] {
-          try {
-            loc.storage->put(loc.key(data_file_name(k)), pieces[k]);
-            std::uint64_t bytes = 0;
-            for (std::size_t i : per_file[k]) bytes += entries[i].length;
-            progress.add(bytes, per_file[k].size());
-          } catch (...) {
-            errors[k] = std::current_exception();
-          }
-        });
-    }
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
-  // Sharded leaves: the global shape and the box, as on disk (without this, an object
-  // store kept a rank's box as if it were the whole array).
-  ckpt::detail::native::box_sharded_entries(loc.url, snap, entries, &tiles);
-  IndexInfo info;
-  info.type_name = snap.type_name;
-  info.schema = snap.schema;
-  info.fingerprint = snap.fingerprint;
-  const std::vector<char> manifest = encode_manifest(info, entries);
-  const auto manifest_bytes = std::as_bytes(std::span(manifest));
-  const std::string commit = encode_commit({manifest.size(), io::xxh3(manifest_bytes)});
-  // Both at once: on an object store the commit marker written after them is what commits.
-  std::exception_ptr error;
-  {
-    std::jthread other([&] {
-      try {
-        loc.storage->put(loc.key(commit_file), std::as_bytes(std::span(commit)));
-      } catch (...) {
-        error = std::current_exception();
-      }
-    });
-    loc.storage->put(loc.key(manifest_file), manifest_bytes);
-  }
-  if (error) std::rethrow_exception(error);
-  progress.finish();
-}
-
 class ObjectReader final : public IndexReader {
+  // Against the leaf's xxh3, or its chunks' (format v2).
   static void check(const Index& index, const IndexEntry& e, std::span<const std::byte> bytes) {
-    if (io::xxh3(bytes) != e.checksum)
-      throw CorruptCheckpointError(index.checkpoint(), e.path.str(),
-                                   "checksum mismatch: the leaf's bytes were altered or torn");
+    LeafVerifier(index, e).update(bytes);
   }
 
  public:
@@ -390,7 +320,7 @@ inline void save(const Location& loc, const Snapshot& snap, const SaveOptions& o
       throw Error(loc.url, "", "a checkpoint already exists here (pass .force = true to overwrite)");
     remove_checkpoint(loc);  // the old checkpoint, or what an interrupted save left
   }
-  if (write == &ckpt::native::write) native_objects::write(loc, snap, opts);
+  if (write == &ckpt::native::write) native_format::write(snap, loc, opts);  // the one native writer
   else interop_objects::write(loc, snap, opts, write);
   if (before_commit) {
     detail::ScratchDir scratch;

@@ -1,15 +1,21 @@
 // ckpt/storage/posix.hpp — a local directory as a storage::Storage, over io/file.hpp.
 //
-// ckpt::posix is the default storage: plain paths go to the native writer and reader
-// (format/native/), which write straight with writev and publish a checkpoint by
-// renaming its staging directory (io/staging_dir.hpp). This class is the same
-// filesystem seen through the object interface of storage/storage.hpp, for code written
-// against Storage alone (tests of the concept, tools that copy between backends).
-// A put is atomic and durable: a hidden sibling file, fsynced, renamed over the key.
+// ckpt::posix is the default storage. The native format's writer writes through this
+// class as through every other backend (format/native/writer.hpp): into a staging
+// directory (io/staging_dir.hpp), with Publish::in_place, each data file written
+// straight with writev as the leaves come and fsynced at close, the directory then
+// renamed into place whole. As a general object store (Publish::atomic, the default) a
+// put or a create()d object goes to a hidden sibling file, fsynced, renamed over the key.
+// (Reading stays on file descriptors, io_uring and pread: format/native/reader.hpp.)
 #pragma once
 
+#include <sys/uio.h>
+
+#include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ckpt/error.hpp>
@@ -19,14 +25,96 @@
 
 namespace ckpt::storage {
 
+// How an object written to a directory becomes visible under its key.
+enum class Publish {
+  atomic,    // a hidden sibling file renamed over the key when whole and durable
+  in_place,  // written under its key (inside a staging directory that is published whole)
+};
+
+namespace detail {
+
+// A file written as the appends come (writev, no copy), fsynced at close.
+class FileWriter final : public ObjectWriter {
+ public:
+  FileWriter(std::filesystem::path file, Publish publish)
+      : file_(std::move(file)),
+        written_to_(publish == Publish::atomic
+                        ? file_.parent_path() / (std::string(io::staging_prefix) + file_.filename().string() + "-" +
+                                                 io::random_suffix())
+                        : file_),
+        f_(io::File::create(written_to_)) {}
+  FileWriter(const FileWriter&) = delete;
+  FileWriter& operator=(const FileWriter&) = delete;
+  ~FileWriter() override {
+    if (closed_) return;
+    f_ = io::File();
+    std::error_code ec;
+    std::filesystem::remove(written_to_, ec);
+  }
+
+  void append(std::span<const ConstBytes> pieces, bool) override {
+    std::vector<iovec> iov;
+    iov.reserve(pieces.size());
+    std::uint64_t n = 0;
+    for (const auto& p : pieces) {
+      iov.push_back({const_cast<std::byte*>(p.data()), p.size()});
+      n += p.size();
+    }
+    io::write_all(f_, std::move(iov), file_);
+    written_ += n;
+    if (written_ - flushed_ >= io::writeback_chunk) {
+      io::start_writeback(f_, flushed_, written_ - flushed_);
+      flushed_ = written_;
+    }
+  }
+
+  bool writes_at_once() const override { return true; }
+
+  void close() override {
+    f_.sync(file_);
+    f_ = io::File();
+    if (written_to_ != file_) io::rename_into_place(written_to_, file_, true);
+    closed_ = true;
+  }
+
+ private:
+  std::filesystem::path file_, written_to_;
+  io::File f_;
+  std::uint64_t written_ = 0, flushed_ = 0;
+  bool closed_ = false;
+};
+
+}  // namespace detail
+
 class PosixStorage final : public Storage {
  public:
-  explicit PosixStorage(std::filesystem::path root) : root_(std::move(root)) {}
+  explicit PosixStorage(std::filesystem::path root, Publish publish = Publish::atomic)
+      : root_(std::move(root)), publish_(publish) {}
 
   std::string root_url() const override { return root_.string(); }
 
+  std::unique_ptr<ObjectWriter> create(const std::string& key) override {
+    const auto file = path(key);
+    if (file.has_parent_path()) {
+      std::error_code ec;
+      std::filesystem::create_directories(file.parent_path(), ec);
+      if (ec) throw Error(file.string(), "", "cannot create directory: " + ec.message());
+    }
+    return std::make_unique<detail::FileWriter>(file, publish_);
+  }
+
+  // Data files at once: one per core, up to 8 (a disk keeps several writers busy; the
+  // copies into the page cache are the cost on a fast one).
+  unsigned parallelism() const override { return std::clamp(std::thread::hardware_concurrency(), 1u, 8u); }
+
   using Storage::put;
   void put(const std::string& key, std::span<const ConstBytes> pieces) override {
+    if (publish_ == Publish::in_place) {
+      auto w = create(key);
+      w->append(pieces, true);
+      w->close();
+      return;
+    }
     const auto file = path(key);
     std::error_code ec;
     std::filesystem::create_directories(file.parent_path(), ec);
@@ -84,6 +172,7 @@ class PosixStorage final : public Storage {
  private:
   std::filesystem::path path(const std::string& key) const { return root_ / key; }
   std::filesystem::path root_;
+  Publish publish_;
 };
 
 }  // namespace ckpt::storage

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <concepts>
+#include <deque>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -56,6 +57,25 @@ struct ReadSegment {
   std::span<std::byte> dst;
 };
 
+// One object written front to back (Storage::create): a data file streamed from a
+// state's memory, without first gathering it in one buffer. Nothing of it is visible
+// under its key before close() returns, which makes it whole and durable, as put().
+// Destroying a writer that was not closed drops what it wrote.
+class ObjectWriter {
+ public:
+  virtual ~ObjectWriter() = default;
+  // Appends the pieces. `stable`: they stay valid and unchanged until close() (a
+  // leaf's own memory during a save), so a backend that sends the object whole at
+  // close() keeps the spans rather than copying them; otherwise (a buffer about to be
+  // reused) it copies what it does not write at once.
+  virtual void append(std::span<const ConstBytes> pieces, bool stable) = 0;
+  void append(ConstBytes bytes, bool stable) { append(std::span<const ConstBytes>(&bytes, 1), stable); }
+  virtual void close() = 0;
+  // Whether append() writes the bytes before it returns (a file), rather than at
+  // close() (an upload): what a save's progress counts as done.
+  virtual bool writes_at_once() const { return false; }
+};
+
 // The storage concept, as an abstract class (formats and the manager take one at run
 // time; the policy types below choose it at compile time). Keys are '/'-separated,
 // with no leading '/'. Every failure is a ckpt::Error naming the object.
@@ -72,6 +92,11 @@ class Storage {
   // backend: S3 acknowledges after storing; memory lasts as long as the process).
   virtual void put(const std::string& key, std::span<const ConstBytes> pieces) = 0;
   void put(const std::string& key, ConstBytes bytes) { put(key, std::span<const ConstBytes>(&bytes, 1)); }
+
+  // A writer of a new object `key`, filled by appends and published by close(). The
+  // default gathers the pieces (copying those that are not stable) and puts them whole
+  // at close(); the local directory writes a file as the appends come.
+  virtual std::unique_ptr<ObjectWriter> create(const std::string& key);
 
   // Reads exactly dst.size() bytes at offset; an object too short is a CorruptCheckpointError.
   virtual void get(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const = 0;
@@ -108,6 +133,37 @@ class Storage {
   // save spreads its data over that many objects.
   virtual unsigned parallelism() const { return 1; }
 };
+
+namespace detail {
+// Storage::create's default: the pieces kept (stable ones as spans, the others copied)
+// and put whole at close().
+class GatheringWriter final : public ObjectWriter {
+ public:
+  GatheringWriter(Storage& storage, std::string key) : storage_(storage), key_(std::move(key)) {}
+  void append(std::span<const ConstBytes> pieces, bool stable) override {
+    for (const auto& p : pieces) {
+      if (p.empty()) continue;
+      if (stable) {
+        pieces_.push_back(p);
+      } else {
+        copies_.emplace_back(p.begin(), p.end());
+        pieces_.push_back(ConstBytes(copies_.back()));
+      }
+    }
+  }
+  void close() override { storage_.put(key_, pieces_); }
+
+ private:
+  Storage& storage_;
+  std::string key_;
+  std::vector<ConstBytes> pieces_;
+  std::deque<std::vector<std::byte>> copies_;  // a deque: growing it moves no copy
+};
+}  // namespace detail
+
+inline std::unique_ptr<ObjectWriter> Storage::create(const std::string& key) {
+  return std::make_unique<detail::GatheringWriter>(*this, key);
+}
 
 // A checkpoint's place: the storage and the key prefix under it ("" for its root).
 struct Location {

@@ -1,8 +1,13 @@
-// ckpt/format/native/writer.hpp — a Snapshot becomes data files, a manifest and a commit marker.
+// ckpt/format/native/writer.hpp — a Snapshot becomes data files, a manifest and a commit record.
 //
-// Large leaves go to data files back to back, each at a 4 KiB boundary, written
-// straight from the leaf's memory with writev (no serialization buffer); several
-// data files are written by several threads. Small leaves go inline in the manifest.
+// Written once against the storage concept (storage/storage.hpp): a local staging
+// directory (storage::PosixStorage, Publish::in_place), S3 and process memory get the
+// same objects. Large leaves go to data objects back to back, each at a 4 KiB
+// boundary, appended straight from the leaf's memory (no serialization buffer: on disk
+// a writev per piece, on S3 one PUT streamed from the leaves); several data objects
+// are written by several threads, as many as the storage writes at once. Small leaves
+// go inline in the manifest. Publishing the checkpoint (a rename, a commit marker) is
+// the caller's: save_staged, storage/object_store.hpp.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +25,8 @@
 #include <ckpt/io/file.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
+#include <ckpt/storage/posix.hpp>
+#include <ckpt/storage/storage.hpp>
 
 namespace ckpt::detail::native {
 using namespace ckpt::native_format;  // the format's names (alignment, data_file_name, ...)
@@ -28,9 +35,11 @@ inline const std::byte* zero_page() {
   return zeros;
 }
 
-inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves) {
-  unsigned n = opt.data_files;
-  if (n == 0) n = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+// SaveOptions::data_files, else as many as the storage writes at once (a local disk:
+// one per core up to 8; S3: its connections), never more than there are large leaves.
+inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves,
+                                unsigned storage_parallelism = std::clamp(std::thread::hardware_concurrency(), 1u, 8u)) {
+  const unsigned n = opt.data_files != 0 ? opt.data_files : std::max(1u, storage_parallelism);
   return static_cast<unsigned>(std::clamp<std::size_t>(large_leaves, 1, n));
 }
 
@@ -95,25 +104,11 @@ inline std::vector<std::vector<std::size_t>> place_in_files(std::vector<IndexEnt
   return per_file;
 }
 
-// Bytes are hashed and handed to the kernel in pieces of this size, so that write()
-// copies each piece while the hash has just brought it into cache (a whole large leaf
-// hashed first and written after would be read from memory twice).
+// Bytes are hashed and handed to the storage in pieces of this size, so that the copy
+// (write() into the page cache) takes each piece while the hash has just brought it
+// into cache (a whole large leaf hashed first and written after would be read from
+// memory twice).
 inline constexpr std::size_t write_piece = std::size_t{1} << 20;
-// Every this many bytes, ask the kernel to start writing the file out. Without it
-// nothing reaches the disk until the final fsync (the dirty limits are far above a
-// checkpoint's size on most machines), so copying and disk I/O would run one after
-// the other instead of at the same time.
-inline constexpr std::uint64_t writeback_chunk = std::uint64_t{32} << 20;
-
-// Starts asynchronous writeback of [offset, offset + length); a hint only, the fsync
-// at the end is what makes the file durable and reports errors.
-inline void start_writeback(const io::File& f, std::uint64_t offset, std::uint64_t length) noexcept {
-#ifdef SYNC_FILE_RANGE_WRITE
-  (void)::sync_file_range(f.fd(), static_cast<off_t>(offset), static_cast<off_t>(length), SYNC_FILE_RANGE_WRITE);
-#else
-  (void)f, (void)offset, (void)length;
-#endif
-}
 
 // The buffer through which each data file's writer reads streamed leaves (LeafStream):
 // 16 MiB, or its share of SaveOptions::max_memory (whole MiBs, so that chunk checksums
@@ -125,39 +120,33 @@ inline std::size_t stream_buffer_bytes(const SaveOptions& opt, unsigned files) {
   return static_cast<std::size_t>(n);
 }
 
-// Writes the leaves assigned to one data file, in order, each padded to the alignment,
-// hashing each piece just before it is written (while it is warm in cache). Streamed
-// leaves are read into a buffer of stream_buffer bytes and written from it.
-inline void write_data_file(const std::filesystem::path& file, const Snapshot& snap,
-                            std::vector<IndexEntry>& entries, const std::vector<std::size_t>& leaves,
-                            exec::ProgressTracker* progress = nullptr,
+// Appends the leaves assigned to one data object, in order, each padded to the
+// alignment, hashing each piece just before it is appended (while it is warm in cache).
+// Streamed leaves are read into a buffer of stream_buffer bytes and appended from it.
+// Progress counts bytes as they are appended when the storage writes them at once (a
+// file), else the caller counts the object's bytes after close() (an upload).
+inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, std::vector<IndexEntry>& entries,
+                            const std::vector<std::size_t>& leaves, exec::ProgressTracker* progress = nullptr,
                             std::size_t stream_buffer = std::size_t{16} << 20) {
-  io::File f = io::File::create(file);
-  std::vector<iovec> batch;
+  if (progress && !out.writes_at_once()) progress = nullptr;
+  std::vector<storage::ConstBytes> batch;
   std::size_t batch_bytes = 0;
-  std::uint64_t written = 0, flushed = 0;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    out.append(batch, true);  // a leaf's memory stays put until the save returns
+    batch.clear();
+    batch_bytes = 0;
+  };
   auto add = [&](const std::byte* p, std::size_t n) {
-    batch.push_back({const_cast<std::byte*>(p), n});
+    batch.push_back({p, n});
     batch_bytes += n;
-    if (batch.size() >= 512 || batch_bytes >= write_piece) {
-      io::write_all(f, std::move(batch), file);
-      batch.clear();
-      written += std::exchange(batch_bytes, 0);
-      if (written - flushed >= writeback_chunk) {
-        start_writeback(f, flushed, written - flushed);
-        flushed = written;
-      }
-    }
+    if (batch.size() >= 512 || batch_bytes >= write_piece) flush();
   };
   std::vector<std::byte> buffer;  // for streamed leaves, allocated at the first
   for (std::size_t i : leaves) {
     const LeafBytes& data = snap.leaves[i].data;
     if (data.stream) {
-      if (!batch.empty()) {  // everything queued so far goes out before the buffer is reused
-        io::write_all(f, std::move(batch), file);
-        batch.clear();
-        written += std::exchange(batch_bytes, 0);
-      }
+      flush();  // everything queued so far goes out before the buffer is reused
       static_assert(write_piece == checksum_chunk_bytes);
       const std::uint64_t length = data.stream->size();
       if (buffer.empty()) buffer.resize(std::max(stream_buffer, write_piece) / write_piece * write_piece);
@@ -167,13 +156,8 @@ inline void write_data_file(const std::filesystem::path& file, const Snapshot& s
         data.stream->read(done, part);
         for (std::size_t c = 0; c < part.size(); c += write_piece)
           chunks.push_back(io::xxh3(part.subspan(c, std::min(write_piece, part.size() - c))));
-        io::write_all(f, std::span<const std::byte>(part), file);
+        out.append(std::span<const std::byte>(part), false);
         done += part.size();
-        written += part.size();
-        if (written - flushed >= writeback_chunk) {
-          start_writeback(f, flushed, written - flushed);
-          flushed = written;
-        }
         if (progress) progress->add(part.size(), 0);  // progress (issue 11)
       }
       if (chunks.size() <= 1) {  // one chunk: format v1's whole-leaf checksum, as for a leaf in memory
@@ -213,37 +197,56 @@ inline void write_data_file(const std::filesystem::path& file, const Snapshot& s
     if (pad) add(zero_page(), pad);
     if (progress) progress->add(0, 1);  // progress (issue 11)
   }
-  if (!batch.empty()) io::write_all(f, std::move(batch), file);
-  f.sync(file);
+  flush();
+}
+
+// A data file written in place in a staging directory (ckpt::mpi's rank files, an
+// incremental save's shared file), fsynced before it returns.
+inline void write_data_file(const std::filesystem::path& file, const Snapshot& snap, std::vector<IndexEntry>& entries,
+                            const std::vector<std::size_t>& leaves, exec::ProgressTracker* progress = nullptr,
+                            std::size_t stream_buffer = std::size_t{16} << 20) {
+  storage::detail::FileWriter out(file, storage::Publish::in_place);
+  write_data_file(out, snap, entries, leaves, progress, stream_buffer);
+  out.close();
 }
 }  // namespace ckpt::detail::native
 
 namespace ckpt::native_format {
 
-// Writes the checkpoint into `dir` (an empty staging directory); the caller commits it.
-inline void write(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opt) {
-  exec::ProgressTracker progress(opt.progress, snap.total_bytes(), snap.leaves.size(), dir.string());  // issue 11
+// Writes the checkpoint under loc (an empty staging directory, or an object-store
+// prefix with nothing under it); the caller publishes it.
+inline void write(const Snapshot& snap, const storage::Location& loc, const SaveOptions& opt) {
+  exec::ProgressTracker progress(opt.progress, snap.total_bytes(), snap.leaves.size(), loc.url);  // issue 11
   auto plan = detail::native::plan_entries(snap, opt);
   std::vector<IndexEntry>& entries = plan.entries;
   const std::vector<std::size_t>& large = plan.large;
   if (progress.active() && plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
-  const unsigned nfiles = detail::native::data_file_count(opt, large.size());
+  const unsigned nfiles = detail::native::data_file_count(opt, large.size(), loc.storage->parallelism());
   const auto per_file = detail::native::place_in_files(entries, large, nfiles);
   detail::native::BoxTiles tiles(snap);  // Sharded leaves' tile checksums, hashed meanwhile
 
+  auto write_file = [&](unsigned k) {
+    auto out = loc.storage->create(loc.key(data_file_name(k)));
+    detail::native::write_data_file(*out, snap, entries, per_file[k], &progress,
+                                    detail::native::stream_buffer_bytes(opt, nfiles));
+    out->close();
+    if (!out->writes_at_once()) {  // an upload: its bytes count once it is done
+      std::uint64_t bytes = 0;
+      for (std::size_t i : per_file[k]) bytes += entries[i].length;
+      progress.add(bytes, per_file[k].size());
+    }
+  };
   if (!large.empty()) {
     if (nfiles == 1) {
-      detail::native::write_data_file(dir / data_file_name(0), snap, entries, per_file[0], &progress,
-                                      detail::native::stream_buffer_bytes(opt, 1));
-    } else {
+      write_file(0);
+    } else {  // the data objects at once; the first failure is rethrown
       std::vector<std::exception_ptr> errors(nfiles);
       {
         std::vector<std::jthread> threads;
         for (unsigned k = 0; k < nfiles; ++k)
           threads.emplace_back([&, k] {
             try {
-              detail::native::write_data_file(dir / data_file_name(k), snap, entries, per_file[k], &progress,
-                                              detail::native::stream_buffer_bytes(opt, nfiles));
+              write_file(k);
             } catch (...) {
               errors[k] = std::current_exception();
             }
@@ -254,7 +257,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
     }
   }
 
-  detail::native::box_sharded_entries(dir.string(), snap, entries, &tiles);  // Sharded leaves
+  detail::native::box_sharded_entries(loc.url, snap, entries, &tiles);  // Sharded leaves
   progress.check();  // issue 11: a cancel seen by another thread stops the commit
   IndexInfo info;
   info.type_name = snap.type_name;
@@ -262,10 +265,17 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
   info.fingerprint = snap.fingerprint;
   const std::vector<char> manifest = encode_manifest(info, entries);
   const auto manifest_bytes = std::as_bytes(std::span(manifest));
-  io::write_file_synced(dir / manifest_file, manifest_bytes);
+  loc.storage->put(loc.key(manifest_file), manifest_bytes);
   const std::string commit = encode_commit({manifest.size(), io::xxh3(manifest_bytes)});
-  io::write_file_synced(dir / commit_file, std::as_bytes(std::span(commit)));
+  loc.storage->put(loc.key(commit_file), std::as_bytes(std::span(commit)));
   progress.finish();  // issue 11
+}
+
+// Writes the checkpoint into `dir` (an empty staging directory); the caller renames it
+// into place.
+inline void write(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opt) {
+  write(snap, storage::Location{std::make_shared<storage::PosixStorage>(dir, storage::Publish::in_place), "", dir.string()},
+        opt);
 }
 
 }  // namespace ckpt::native_format
