@@ -32,6 +32,7 @@
 #include <ckpt/exec/progress_tracker.hpp>
 #include <ckpt/format/native.hpp>
 #include <ckpt/format/native/manifest.hpp>
+#include <ckpt/format/native/reader.hpp>
 #include <ckpt/format/native/writer.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/index.hpp>
@@ -87,173 +88,6 @@ inline void upload_tree(const std::filesystem::path& dir, const Location& loc) {
 }
 
 }  // namespace detail
-
-// --- the native format on objects -------------------------------------------------
-namespace native_objects {
-
-using namespace ckpt::native_format;
-
-class ObjectReader final : public IndexReader {
-  // Against the leaf's xxh3, or its chunks' (format v2).
-  static void check(const Index& index, const IndexEntry& e, std::span<const std::byte> bytes) {
-    LeafVerifier(index, e).update(bytes);
-  }
-
- public:
-  explicit ObjectReader(Location loc) : loc_(std::move(loc)) {}
-  void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const override {
-    if (e.file.empty()) {
-      std::copy(e.inline_bytes.begin(), e.inline_bytes.end(), dst.begin());
-    } else {
-      try {
-        loc_.storage->get(loc_.key(e.file), e.offset, dst);
-      } catch (const CorruptCheckpointError& err) {
-        throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
-      } catch (const Error& err) {  // the network, credentials: not the checkpoint's fault
-        throw Error(index.checkpoint(), e.path.str(), err.what());
-      }
-    }
-    if (verify) check(index, e, dst);
-  }
-
-  // Ranged GETs: a leaf read in pieces (a restore under max_memory, ckpt::convert)
-  // fetches only each piece, verified by the caller against the leaf's xxh3.
-  bool has_xxh3() const override { return true; }
-  bool reads_ranges() const override { return true; }
-  // A request is worth about a piece: parts of boxes are fetched a piece (1 MiB) or a
-  // few contiguous runs at a time, not a ranged GET per row.
-  std::uint64_t range_overhead() const override { return box_piece; }
-  void read_range(const Index& index, const IndexEntry& e, std::uint64_t at, std::span<std::byte> dst) const override {
-    if (e.file.empty()) {
-      std::copy_n(e.inline_bytes.begin() + static_cast<std::ptrdiff_t>(at), dst.size(), dst.begin());
-      return;
-    }
-    try {
-      loc_.storage->get(loc_.key(e.file), e.offset + at, dst);
-    } catch (const CorruptCheckpointError& err) {
-      throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
-    } catch (const Error& err) {
-      throw Error(index.checkpoint(), e.path.str(), err.what());
-    }
-  }
-
-  // A whole restore at once: every leaf's range handed to the storage together (S3
-  // turns them into a few large parallel GETs), then the checksums on every core.
-  bool read_batch(const Index& index, std::span<const LeafRead> reads) const override {
-    std::vector<ReadSegment> segments;
-    for (const auto& r : reads) {
-      const IndexEntry& e = *r.entry;
-      if (r.dst.size() != e.length)
-        throw Error(index.checkpoint(), e.path.str(),
-                    "target holds " + std::to_string(r.dst.size()) + " bytes, checkpoint " + std::to_string(e.length));
-      if (e.file.empty()) std::copy(e.inline_bytes.begin(), e.inline_bytes.end(), r.dst.begin());
-      else segments.push_back({loc_.key(e.file), e.offset, r.dst});
-    }
-    try {
-      loc_.storage->get_many(segments);
-    } catch (const CorruptCheckpointError& err) {
-      throw CorruptCheckpointError(index.checkpoint(), "", err.what());
-    } catch (const Error& err) {
-      throw Error(index.checkpoint(), "", err.what());
-    }
-    std::size_t bytes = 0;
-    for (const auto& r : reads) bytes += r.verify ? r.dst.size() : 0;
-    const unsigned threads = bytes < (std::size_t{16} << 20)
-                                 ? 1u
-                                 : std::min({std::max(1u, std::thread::hardware_concurrency()), 8u,
-                                             static_cast<unsigned>(reads.size())});
-    std::atomic<std::size_t> next{0};
-    std::exception_ptr error;
-    std::mutex error_mu;
-    auto worker = [&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < reads.size();) {
-        if (!reads[i].verify) continue;
-        try {
-          check(index, *reads[i].entry, reads[i].dst);
-        } catch (...) {
-          std::lock_guard lock(error_mu);
-          if (!error) error = std::current_exception();
-          next = reads.size();
-        }
-      }
-    };
-    {
-      std::vector<std::jthread> pool;
-      for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-      worker();
-    }
-    if (error) std::rethrow_exception(error);
-    return true;
-  }
-
- private:
-  Location loc_;
-};
-
-inline bool detect(const Location& loc) { return loc.storage->size(loc.key(commit_file)).has_value(); }
-
-inline std::shared_ptr<const Index> open(const Location& loc) {
-  const std::string& ckpt = loc.url;
-  auto& st = *loc.storage;
-  std::optional<std::vector<std::byte>> commit_bytes;
-  try {
-    commit_bytes = st.read_all(loc.key(commit_file), 4096);
-  } catch (const CorruptCheckpointError& e) {
-    throw CorruptCheckpointError(ckpt, "", std::string("commit record cannot be read: ") + e.what());
-  }
-  if (!commit_bytes)
-    throw Error(ckpt, "", "not a native checkpoint (no commit record object); ckpt reads only its native format from "
-                          "object stores");
-  const CommitRecord commit =
-      decode_commit({reinterpret_cast<const char*>(commit_bytes->data()), commit_bytes->size()}, ckpt);
-  if (commit.manifest_bytes > max_manifest_bytes) throw CorruptCheckpointError(ckpt, "", "manifest size is implausible");
-  auto manifest = std::make_shared<std::vector<std::byte>>();
-  std::optional<std::vector<std::byte>> m;
-  try {
-    m = st.read_all(loc.key(manifest_file), commit.manifest_bytes);
-  } catch (const CorruptCheckpointError&) {
-    throw CorruptCheckpointError(ckpt, "", "manifest is larger than the commit marker records");
-  }
-  if (!m) throw CorruptCheckpointError(ckpt, "", "manifest object is missing");
-  *manifest = std::move(*m);
-  check_manifest(*manifest, commit, ckpt);
-
-  IndexInfo info;
-  std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
-  const std::vector<const IndexEntry*> stored = stored_bytes(entries);
-  // The data objects' sizes, asked for all at once (one request each).
-  std::map<std::string, std::optional<std::uint64_t>> sizes;
-  for (const IndexEntry* e : stored)
-    if (!e->file.empty()) sizes[e->file];
-  {
-    std::vector<std::exception_ptr> errors(sizes.size());
-    std::vector<std::jthread> threads;
-    std::size_t k = 0;
-    for (auto& [file, size] : sizes) {
-      threads.emplace_back([&st, &loc, &errors, k, f = &file, n = &size] {
-        try {
-          *n = st.size(loc.key(*f));
-        } catch (...) {
-          errors[k] = std::current_exception();
-        }
-      });
-      ++k;
-    }
-    threads.clear();  // joins
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
-  for (const IndexEntry* ep : stored) {
-    const IndexEntry& e = *ep;
-    if (e.file.empty()) continue;
-    if (!sizes[e.file]) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing");
-    check_within_file(ckpt, e, *sizes[e.file]);
-  }
-  // The entries' inline spans point into the manifest's bytes, which the Index keeps alive.
-  return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries), std::make_shared<ObjectReader>(loc), manifest);
-}
-
-}  // namespace native_objects
 
 // --- save, open, commit ------------------------------------------------------------
 
@@ -347,7 +181,7 @@ inline std::shared_ptr<const Index> open_index(const Location& loc) {
                                  : "no checkpoint here (no object under this prefix)");
   }
   // The native format is read object by object, range by range; any other is downloaded.
-  if (loc.storage->size(loc.key(native_format::commit_file))) return native_objects::open(loc);
+  if (loc.storage->size(loc.key(native_format::commit_file))) return native_format::open(loc);
   const std::string dir = loc.prefix.empty() ? std::string() : loc.prefix + "/";
   auto keys = loc.storage->list(dir);
   std::erase(keys, loc.key(commit_marker));

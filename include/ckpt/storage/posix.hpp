@@ -92,6 +92,7 @@ class PosixStorage final : public Storage {
       : root_(std::move(root)), publish_(publish) {}
 
   std::string root_url() const override { return root_.string(); }
+  std::optional<std::filesystem::path> local_directory() const override { return root_; }
 
   std::unique_ptr<ObjectWriter> create(const std::string& key) override {
     const auto file = path(key);

@@ -129,6 +129,11 @@ class Storage {
   // Deletes the objects; absent ones are not an error.
   virtual void remove(const std::vector<std::string>& keys) = 0;
 
+  // The directory that holds the objects when they are local files (PosixStorage), so
+  // that a reader may keep file descriptors and use preadv or io_uring on them; none
+  // for a remote or in-memory store.
+  virtual std::optional<std::filesystem::path> local_directory() const { return std::nullopt; }
+
   // How many objects are best written at once (S3: its connection count), so that a
   // save spreads its data over that many objects.
   virtual unsigned parallelism() const { return 1; }

@@ -1,4 +1,5 @@
-// ckpt/format/native/reader.hpp — a native checkpoint directory becomes an Index.
+// ckpt/format/native/reader.hpp — a native checkpoint (a directory, or objects on S3 or in
+// memory) becomes an Index.
 //
 // Opening reads the commit marker and the manifest only, checks the manifest against
 // the marker, and checks every leaf's bytes lie inside its data file, so that later
@@ -10,17 +11,23 @@
 
 #include <algorithm>
 #include <climits>  // IOV_MAX
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include <ckpt/format/native/manifest.hpp>
+#include <ckpt/format/native/object_reader.hpp>
 #include <ckpt/io/batch_read.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/file.hpp>
+#include <ckpt/storage/posix.hpp>
+#include <ckpt/storage/storage.hpp>
 
 namespace ckpt::native_format {
 
@@ -177,56 +184,107 @@ inline bool detect(const fs::path& dir) {
   return fs::is_regular_file(dir / manifest_file, ec) || fs::is_regular_file(dir / commit_file, ec);
 }
 
-inline std::shared_ptr<const Index> open(const fs::path& dir) {
-  const std::string ckpt = dir.string();
+// Opens the native checkpoint under loc, on any storage: the commit record and the
+// manifest are read through the storage concept, and every stored leaf is checked to
+// lie inside its data object. The leaves are then read by file descriptors (Reader,
+// above) when the storage is a local directory, else by ranged gets (ObjectReader).
+inline std::shared_ptr<const Index> open(const storage::Location& loc) {
+  const std::string& ckpt = loc.url;
+  const storage::Storage& st = *loc.storage;
+  const std::optional<fs::path> local = st.local_directory();
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw Error(ckpt, "", "no checkpoint here (not a directory)");
-  if (!fs::is_regular_file(dir / commit_file, ec))
-    throw CorruptCheckpointError(ckpt, "", "no commit marker: not a complete checkpoint (a save was interrupted?)");
+  if (local && !fs::is_directory(*local / loc.prefix, ec)) throw Error(ckpt, "", "no checkpoint here (not a directory)");
 
-  // io errors name the file; rethrown so that every error names the checkpoint itself.
-  std::vector<std::byte> commit_bytes;
-  try {
-    commit_bytes = io::read_file(dir / commit_file, 4096);
-  } catch (const Error& e) {
-    throw CorruptCheckpointError(ckpt, "", std::string("commit marker cannot be read: ") + e.what());
-  }
+  // Storage errors name the object; rethrown so that every error names the checkpoint.
+  // A remote store's own failures (the network, credentials) stay plain Errors: they
+  // are not the checkpoint's fault.
+  auto read = [&](std::string_view name, std::uint64_t max) {
+    try {
+      return st.read_all(loc.key(name), max);
+    } catch (const CorruptCheckpointError& e) {
+      std::optional<std::uint64_t> n;
+      try {
+        n = st.size(loc.key(name));
+      } catch (const Error&) {
+      }
+      if (n && *n > max)  // the manifest: a torn or altered commit record, or a swapped manifest
+        throw CorruptCheckpointError(ckpt, "", std::string(name) + " is larger than " +
+                                                   (name == manifest_file ? "the commit marker records" : "it can be") +
+                                                   " (" + std::to_string(*n) + " bytes, at most " + std::to_string(max) + ")");
+      throw CorruptCheckpointError(ckpt, "", std::string(name) + " cannot be read: " + e.what());
+    } catch (const Error& e) {
+      if (!local) throw Error(ckpt, "", std::string(name) + " cannot be read: " + e.what());
+      throw CorruptCheckpointError(ckpt, "", std::string(name) + " cannot be read: " + e.what());
+    }
+  };
+  const auto commit_bytes = read(commit_file, 4096);
+  if (!commit_bytes)
+    throw CorruptCheckpointError(ckpt, "", "no commit marker: not a complete checkpoint (a save was interrupted?)");
   const CommitRecord commit =
-      decode_commit({reinterpret_cast<const char*>(commit_bytes.data()), commit_bytes.size()}, ckpt);
+      decode_commit({reinterpret_cast<const char*>(commit_bytes->data()), commit_bytes->size()}, ckpt);
   if (commit.manifest_bytes > max_manifest_bytes) throw CorruptCheckpointError(ckpt, "", "manifest size is implausible");
-  auto manifest = std::make_shared<std::vector<std::byte>>();
-  try {
-    *manifest = io::read_file(dir / manifest_file, commit.manifest_bytes);
-  } catch (const CorruptCheckpointError&) {
-    throw CorruptCheckpointError(ckpt, "", "manifest is larger than the commit marker records");
-  } catch (const Error& e) {
-    throw CorruptCheckpointError(ckpt, "", std::string("manifest cannot be read: ") + e.what());
-  }
+  auto manifest_bytes = read(manifest_file, commit.manifest_bytes);
+  if (!manifest_bytes) throw CorruptCheckpointError(ckpt, "", "manifest is missing");
+  auto manifest = std::make_shared<std::vector<std::byte>>(std::move(*manifest_bytes));
   check_manifest(*manifest, commit, ckpt);
 
   IndexInfo info;
   std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
+  const std::vector<const IndexEntry*> stored = stored_bytes(entries);
+  std::map<std::string, std::optional<std::uint64_t>> sizes;  // of each data object
+  for (const IndexEntry* e : stored)
+    if (!e->file.empty()) sizes[e->file];
 
-  std::map<std::string, io::File> files;
-  std::map<std::string, std::uint64_t> sizes;
-  for (const IndexEntry* ep : stored_bytes(entries)) {
-    const IndexEntry& e = *ep;
-    if (e.file.empty()) continue;
-    if (!files.count(e.file)) {
-      const fs::path p = dir / e.file;
+  std::shared_ptr<const IndexReader> reader;
+  if (local) {
+    // Each data file opened once, here, and measured by its descriptor: what is read
+    // later is the file whose size was checked.
+    std::map<std::string, io::File> files;
+    for (auto& [name, size] : sizes) {
+      const fs::path p = *local / loc.key(name);
       try {
         io::File f = io::File::open_read(p);
-        sizes[e.file] = f.size(p);
-        files.emplace(e.file, std::move(f));
+        size = f.size(p);
+        files.emplace(name, std::move(f));
       } catch (const Error&) {
-        throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing or unreadable");
       }
     }
-    check_within_file(ckpt, e, sizes[e.file]);
+    reader = std::make_shared<Reader>(*local / loc.prefix, std::move(files));
+  } else {
+    // The data objects' sizes, asked for all at once (one request each).
+    std::vector<std::exception_ptr> errors(sizes.size());
+    {
+      std::vector<std::jthread> threads;
+      std::size_t k = 0;
+      for (auto& [name, size] : sizes) {
+        threads.emplace_back([&st, &loc, &errors, k, n = &name, z = &size] {
+          try {
+            *z = st.size(loc.key(*n));
+          } catch (...) {
+            errors[k] = std::current_exception();
+          }
+        });
+        ++k;
+      }
+    }
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    reader = std::make_shared<ObjectReader>(loc);
+  }
+  for (const IndexEntry* ep : stored) {
+    const IndexEntry& e = *ep;
+    if (e.file.empty()) continue;
+    const auto& size = sizes[e.file];
+    if (!size) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing or unreadable");
+    check_within_file(ckpt, e, *size);
   }
   // The entries' inline spans point into the manifest's bytes, which the Index keeps alive.
-  return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries),
-                                       std::make_shared<Reader>(dir, std::move(files)), manifest);
+  return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries), std::move(reader), manifest);
+}
+
+// A checkpoint directory.
+inline std::shared_ptr<const Index> open(const fs::path& dir) {
+  return open(storage::Location{std::make_shared<storage::PosixStorage>(dir), "", dir.string()});
 }
 
 }  // namespace ckpt::native_format
