@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ckpt/formats.hpp>
-#include <ckpt/manager.hpp>  // manager/object_root.hpp: the steps of an s3:// root
+#include <ckpt/manager.hpp>
 #if defined(CKPT_HAVE_S3)
 #include <ckpt/storage/s3.hpp>
 #endif
@@ -171,10 +171,12 @@ std::string format_time(std::time_t t) {
 std::vector<Row> object_rows(const fs::path& root) {
   const auto loc = ckpt::storage::open_location(root);
   std::vector<Row> rows;
-  for (const auto& [name, keys] : ckpt::detail::manager::objects_by_entry(loc)) {
-    if (name.empty() || name[0] == '.' || !ckpt::detail::manager::has_marker(keys)) continue;
+  for (const auto& name : loc.storage->children(loc.prefix)) {
+    const auto step = loc.child(name);
+    if (name.empty() || name[0] == '.' || !loc.storage->size(step.key(ckpt::storage::commit_marker))) continue;
     Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), "native", "", 0, json::object(), nullptr};
-    for (const auto& k : keys) r.size += loc.storage->size(loc.key(name + "/" + k)).value_or(0);
+    if (!loc.storage->size(step.key(ckpt::native_format::commit_file))) r.format = "other";  // telling which would download it
+    for (const auto& k : loc.storage->list(step.prefix + "/")) r.size += loc.storage->size(k).value_or(0);
     const auto md = loc.storage->read_all(loc.key(name + "/_CHECKPOINT_METADATA"), 1u << 20);
     if (md) {
       json j;

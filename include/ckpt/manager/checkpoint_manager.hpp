@@ -8,12 +8,15 @@
 //   mgr.wait_until_finished();
 //   TrainState s = mgr.restore();   // the latest step
 //
-// Policies are types (the executor: sync_save or async_save; the format: native),
-// the numbers are ManagerOptions. Each step is a directory <root>/<prefix><step>
+// Policies are types (the executor: sync_save or async_save; the format: native; the
+// storage: posix, s3, memory), the numbers are ManagerOptions. The root is a
+// storage::Location, and the step list, clean-up and deletion are written against the
+// storage concept (manager/step_catalogue.hpp). Each step is a directory <root>/<prefix><step>
 // holding a checkpoint of the state (readable by ckpt::restore on its own), the file
 // _CHECKPOINT_METADATA (metrics, times, custom metadata; see manager/step_metadata.hpp)
 // and items/ (see manager/items.hpp); it is written as .tmp-<name>-<random> and renamed
-// into place, so it is whole or absent. What is silent here follows Orbax's
+// into place (on an object store: committed by a marker written last), so it is whole
+// or absent. What is silent here follows Orbax's
 // CheckpointManager; docs/manager.md explains every choice.
 #pragma once
 
@@ -47,7 +50,6 @@
 #include <ckpt/manager/items.hpp>
 #include <ckpt/manager/options.hpp>
 #include <ckpt/manager/lock.hpp>
-#include <ckpt/manager/object_root.hpp>
 #include <ckpt/manager/preemption.hpp>
 #include <ckpt/manager/step_catalogue.hpp>
 #include <ckpt/manager/step_deletion.hpp>
@@ -63,6 +65,7 @@
 #include <ckpt/save.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/snapshot_edit.hpp>
+#include <ckpt/storage/posix.hpp>
 #include <ckpt/storage/storage.hpp>
 #include <ckpt/detail/static_error.hpp>
 
@@ -125,22 +128,30 @@ class CheckpointManager {
         executor_(options_.async_timeout) {
     node::require_tree<State>();
     detail::manager::validate(options_, root_);
-    if (storage::is_url(root_)) {  // s3://, mem:// (manager/object_root.hpp)
-      open_object_root();
-      scan();
-      return;
-    }
-    std::error_code ec;
-    const bool exists = std::filesystem::is_directory(root_, ec);
-    if (!exists && !options_.read_only) {
-      if (!options_.create)
-        throw Error(root_.string(), "", "no such directory (and ManagerOptions::create is false)");
-      std::filesystem::create_directories(root_, ec);
-      if (ec) throw Error(root_.string(), "", "cannot create the root directory: " + ec.message());
+    if (storage::is_url(root_)) {  // s3://, mem://: no directory to create, no lock to take
+      const auto unsupported = [&](const char* what) {
+        throw Error(root_.string(), "", std::string("ManagerOptions: ") + what + " needs a local root directory");
+      };
+      if (!options_.todelete_subdir.empty()) unsupported("todelete_subdir");
+      if (options_.best_metric_from_tensorboard) unsupported("best_metric_from_tensorboard");
+      if (options_.keep_dataset_checkpoints) unsupported("keep_dataset_checkpoints");
+      location_ = storage::open_location(root_);
+    } else {
+      std::error_code ec;
+      const bool exists = std::filesystem::is_directory(root_, ec);
+      if (!exists && !options_.read_only) {
+        if (!options_.create)
+          throw Error(root_.string(), "", "no such directory (and ManagerOptions::create is false)");
+        std::filesystem::create_directories(root_, ec);
+        if (ec) throw Error(root_.string(), "", "cannot create the root directory: " + ec.message());
+      }
+      location_ = storage::directory_location(root_);
+      // An flock against a second writing manager. An object store has no lock: one
+      // writing manager per root is the caller's duty there, as with Orbax on GCS.
+      if (!options_.read_only) lock_.emplace(root_);
     }
     if (!options_.read_only) {
-      lock_.emplace(root_);
-      if (options_.cleanup_tmp_directories) detail::manager::cleanup_root(root_, naming_, &format_type::is_committed);
+      if (options_.cleanup_tmp_directories) detail::manager::cleanup_root(location_, naming_, &format_type::is_committed);
       if (options_.save_on_preemption) preemption_.emplace();
     }
     scan();
@@ -282,7 +293,10 @@ class CheckpointManager {
   // A JSON item saved with the step.
   nlohmann::json item_json(std::int64_t step, std::string_view name) {
     return detail::manager::read_item_json(item_dir(step, name, Item::kind::json), [&](const std::filesystem::path& f) {
-      return store_ ? read_object(f) : io::read_file(f, std::uint64_t{1} << 30);
+      const std::string key = location_.key(f.lexically_relative(root_).generic_string());
+      auto bytes = location_.storage->read_all(key, std::uint64_t{1} << 30);
+      if (!bytes) throw Error(f.string(), "", "no such file");
+      return std::move(*bytes);
     });
   }
 
@@ -311,8 +325,7 @@ class CheckpointManager {
 
  private:
   void scan() {
-    auto found = store_ ? detail::manager::scan_objects(*store_, naming_)
-                        : detail::manager::scan_root(root_, naming_, &format_type::is_committed);
+    auto found = detail::manager::scan_root(location_, naming_, &format_type::is_committed);
     std::lock_guard lock(mu_);
     steps_ = std::move(found);
   }
@@ -358,7 +371,7 @@ class CheckpointManager {
 
   std::filesystem::path item_dir(std::int64_t step, std::string_view name, Item::kind kind) {
     const auto dir = dir_to_read(step);
-    return detail::manager::item_path(dir, info(step).items, name, kind, !store_);
+    return detail::manager::item_path(dir, info(step).items, name, kind, location_.storage->local_directory().has_value());
   }
 
   // The save itself: on the caller's thread (sync_save) or the background one (async_save).
@@ -449,32 +462,10 @@ class CheckpointManager {
     }
   }
 
-  // --- roots on object stores (s3://, mem://): manager/object_root.hpp ---
-  void open_object_root() {
-    const auto unsupported = [&](const char* what) {
-      throw Error(root_.string(), "", std::string("ManagerOptions: ") + what + " needs a local root directory");
-    };
-    if (!options_.todelete_subdir.empty()) unsupported("todelete_subdir");
-    if (options_.best_metric_from_tensorboard) unsupported("best_metric_from_tensorboard");
-    if (options_.keep_dataset_checkpoints) unsupported("keep_dataset_checkpoints");
-    store_ = storage::open_location(root_);
-    // No lock (an object store has none): one writing manager per root is the caller's duty.
-    if (!options_.read_only && options_.cleanup_tmp_directories) detail::manager::cleanup_objects(*store_, naming_);
-    if (!options_.read_only && options_.save_on_preemption) preemption_.emplace();
-  }
-  void remove_step(const std::string& name) {
-    if (store_) detail::manager::remove_step_objects(*store_, name);
-    else detail::manager::remove_step_dir(root_, options_.todelete_subdir, name);
-  }
-  std::vector<std::byte> read_object(const std::filesystem::path& url) const {
-    const auto loc = storage::open_location(url);
-    auto bytes = loc.storage->read_all(loc.prefix, std::uint64_t{1} << 30);
-    if (!bytes) throw Error(url.string(), "", "no such object");
-    return std::move(*bytes);
-  }
-  std::optional<storage::Location> store_;  // set for a root on an object store
+  void remove_step(const std::string& name) { detail::manager::remove_step(location_, options_.todelete_subdir, name); }
 
   std::filesystem::path root_;
+  storage::Location location_;  // the root on its storage: a directory, or a prefix on S3 or in memory
   ManagerOptions options_;
   StepNaming naming_;
   std::optional<detail::manager::RootLock> lock_;

@@ -1,6 +1,14 @@
-// ckpt/manager/step_catalogue.hpp — which committed steps a root directory holds,
-// each with the metadata the manager needs (time, metrics, custom metadata, items);
-// and the clean-up of what interrupted saves and deletes leave.
+// ckpt/manager/step_catalogue.hpp — which committed steps a manager's root holds, each
+// with the metadata the manager needs (time, metrics, custom metadata, items); and the
+// clean-up of what interrupted saves and deletes leave.
+//
+// Written once against the storage concept (storage/storage.hpp): a root is a
+// storage::Location, a local directory (PosixStorage) or a prefix on S3 or in memory.
+// A step is one of the root's children() named as a step and committed, and deleting
+// one is the storage's remove_prefix (marker first on an object store, renamed aside
+// first in a directory). What only a directory has is asked of local_directory(): the
+// staging directories of live writers (flock), and the modification time of a step
+// saved without metadata.
 #pragma once
 
 #include <chrono>
@@ -19,11 +27,21 @@
 #include <ckpt/manager/step_metadata.hpp>
 #include <ckpt/manager/step_name.hpp>
 #include <ckpt/retain/record.hpp>
+#include <ckpt/storage/storage.hpp>
 
 namespace ckpt::detail::manager {
 
 // The format's Format::is_committed: a step directory without it is torn.
 using CommitCheck = bool (*)(const std::filesystem::path&);
+
+// Whether the step at `step` is committed. On an object store: its commit marker,
+// written last. In a directory, published whole by a rename: the format's own commit
+// record, which also tells a step that another writer left torn (Orbax and t5x write
+// their directories in place).
+inline bool step_committed(const storage::Location& step, CommitCheck format_committed) {
+  if (const auto dir = step.storage->local_directory()) return format_committed(*dir / step.prefix);
+  return step.storage->size(step.key(storage::commit_marker)).has_value();
+}
 
 struct StepInfo {
   std::string name;
@@ -33,68 +51,58 @@ struct StepInfo {
   std::map<std::string, std::string> items{};
 };
 
-// A step's metadata. A step saved by ckpt::save (no metadata file) or with an
-// unreadable one still counts, without metrics, timed by its directory.
-inline StepInfo load_step_info(const std::filesystem::path& dir, std::string name) {
+// A step's metadata. A step saved by ckpt::save (no metadata) or with unreadable
+// metadata still counts, without metrics, timed by its directory (on an object store:
+// time zero).
+inline StepInfo load_step_info(const storage::Location& step, std::string name) {
   StepInfo info;
   info.name = std::move(name);
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(dir / step_metadata_file, ec)) {
-    try {
-      auto m = read_step_metadata(dir);
+  try {
+    if (const auto bytes = step.storage->read_all(step.key(step_metadata_file), max_step_metadata_bytes)) {
+      auto m = parse_step_metadata(*bytes, step.url);
       info.time = m.init_time();
       info.metrics = std::move(m.metrics);
       info.custom_metadata = std::move(m.custom_metadata);
       info.items = std::move(m.items);
       return info;
-    } catch (const Error&) {
     }
+  } catch (const Error&) {
   }
-  const auto mtime = std::filesystem::last_write_time(dir, ec);
-  if (!ec)
-    info.time = std::chrono::time_point_cast<std::chrono::system_clock::duration>(
-        std::chrono::file_clock::to_sys(mtime));
+  if (const auto dir = step.storage->local_directory()) {
+    std::error_code ec;
+    const auto mtime = std::filesystem::last_write_time(*dir / step.prefix, ec);
+    if (!ec)
+      info.time = std::chrono::time_point_cast<std::chrono::system_clock::duration>(
+          std::chrono::file_clock::to_sys(mtime));
+  }
   return info;
 }
 
-// Removes what interrupted saves and deletes leave: .tmp-* directories no live writer
-// holds (a plain ckpt::save into the root may be running) and step directories
-// without a commit marker. Symbolic links are left alone.
-inline void cleanup_root(const std::filesystem::path& root, const StepNaming& naming, CommitCheck is_committed) {
-  io::remove_stale_staging(root);
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    std::error_code e2;
-    if (e.is_symlink(e2) || !e.is_directory(e2)) continue;
-    const bool tmp = name.starts_with(io::staging_prefix);
-    const bool torn = !tmp && naming.parse(name) && !is_committed(e.path());
-    if (torn) {
-      std::error_code rm;
-      std::filesystem::remove_all(e.path(), rm);
-      if (rm) throw Error(e.path().string(), "", "cannot remove a leftover directory: " + rm.message());
-    }
+// Removes what interrupted saves and deletes leave: steps without a commit, and
+// staging entries. In a directory, only the .tmp- directories no live writer holds (a
+// plain ckpt::save into the root may be running); an object store has no lock, so,
+// like Orbax on GCS, this assumes no other process is saving into the root meanwhile.
+inline void cleanup_root(const storage::Location& root, const StepNaming& naming, CommitCheck is_committed) {
+  if (const auto dir = root.storage->local_directory()) io::remove_stale_staging(*dir / root.prefix);
+  for (const auto& name : root.storage->children(root.prefix)) {
+    const bool leftover = name.starts_with(io::staging_prefix) ||
+                          (naming.parse(name) && !step_committed(root.child(name), is_committed));
+    if (leftover) root.storage->remove_prefix(root.key(name));
   }
-  if (ec) throw Error(root.string(), "", "cannot list the root directory: " + ec.message());
 }
 
 // The committed steps under root, by step number.
-inline std::map<std::int64_t, StepInfo> scan_root(const std::filesystem::path& root, const StepNaming& naming,
+inline std::map<std::int64_t, StepInfo> scan_root(const storage::Location& root, const StepNaming& naming,
                                                   CommitCheck is_committed) {
   std::map<std::int64_t, StepInfo> found;
-  std::error_code ec;
-  if (std::filesystem::is_directory(root, ec)) {
-    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-      const std::string name = e.path().filename().string();
-      const auto step = naming.parse(name);
-      // A step is a directory of the root: a symbolic link to one elsewhere is not listed.
-      std::error_code e2;
-      if (!step || e.is_symlink(e2) || !e.is_directory(e2) || !is_committed(e.path())) continue;
-      // Two spellings of one step (another fixed length): the canonical one wins.
-      if (found.contains(*step) && name != naming.name(*step)) continue;
-      found[*step] = load_step_info(e.path(), name);
-    }
-    if (ec) throw Error(root.string(), "", "cannot list the root directory: " + ec.message());
+  for (const auto& name : root.storage->children(root.prefix)) {
+    const auto step = naming.parse(name);
+    if (!step) continue;
+    // Two spellings of one step (another fixed length): the canonical one wins.
+    if (found.contains(*step) && name != naming.name(*step)) continue;
+    const storage::Location dir = root.child(name);
+    if (!step_committed(dir, is_committed)) continue;
+    found[*step] = load_step_info(dir, name);
   }
   return found;
 }

@@ -2,8 +2,6 @@
 // some of its items (keep_dataset_checkpoints).
 #pragma once
 
-#include <sys/file.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -19,36 +17,28 @@
 #include <ckpt/io/staging_dir.hpp>
 #include <ckpt/manager/items.hpp>
 #include <ckpt/manager/step_metadata.hpp>
+#include <ckpt/storage/storage.hpp>
 
 namespace ckpt::detail::manager {
 
-// Deletion is a rename first (to a .tmp- name, or into todelete_subdir), so that a
-// crash halfway through never leaves a committed-looking step with files missing.
-inline void remove_step_dir(const std::filesystem::path& root, const std::string& todelete_subdir,
-                            const std::string& name) {
-  const auto dir = root / name;
-  if (!todelete_subdir.empty()) {
-    const auto bin = root / todelete_subdir;
-    std::error_code ec;
-    std::filesystem::create_directories(bin, ec);
-    if (ec) throw Error(bin.string(), "", "cannot create todelete_subdir: " + ec.message());
-    auto target = bin / name;
-    if (std::filesystem::exists(target, ec)) target = bin / (name + "-" + io::random_suffix());
-    if (::rename(dir.c_str(), target.c_str()) != 0) io::throw_errno("cannot move a pruned step", dir);
-    io::sync_dir(root);
-    return;
-  }
-  const auto doomed = root / (std::string(io::staging_prefix) + name + "-deleting-" + io::random_suffix());
-  // Locked before it gets its .tmp- name, so that `ckpt gc` leaves the deletion to us.
-  const io::File hold = ckpt::io::detail::open_dir_for_lock(dir);
-  if (hold) (void)::flock(hold.fd(), LOCK_EX | LOCK_NB);
-  if (::rename(dir.c_str(), doomed.c_str()) != 0) {
-    if (errno == ENOENT) return;  // already gone
-    io::throw_errno("cannot delete step", dir);
-  }
+// Deletes a step: the storage's remove_prefix (a directory is renamed aside first, an
+// object store loses the commit marker first), so that a crash halfway through never
+// leaves a committed-looking step with files missing. With todelete_subdir (a local
+// root only: ManagerOptions are checked when the manager opens) the step directory is
+// moved into that directory instead, as Orbax does.
+inline void remove_step(const storage::Location& root, const std::string& todelete_subdir, const std::string& name) {
+  const auto local = root.storage->local_directory();
+  if (todelete_subdir.empty() || !local) return root.storage->remove_prefix(root.key(name));
+  const auto parent = *local / root.prefix;
+  const auto dir = parent / name;
+  const auto bin = parent / todelete_subdir;
   std::error_code ec;
-  std::filesystem::remove_all(doomed, ec);
-  if (ec) throw Error(doomed.string(), "", "cannot delete a pruned step: " + ec.message());
+  std::filesystem::create_directories(bin, ec);
+  if (ec) throw Error(bin.string(), "", "cannot create todelete_subdir: " + ec.message());
+  auto target = bin / name;
+  if (std::filesystem::exists(target, ec)) target = bin / (name + "-" + io::random_suffix());
+  if (::rename(dir.c_str(), target.c_str()) != 0) io::throw_errno("cannot move a pruned step", dir);
+  io::sync_dir(parent);
 }
 
 // Removes the items `names` from the committed step in dir. The step's metadata is

@@ -93,16 +93,6 @@ inline void upload_tree(const std::filesystem::path& dir, const Location& loc) {
 
 inline bool is_committed(const Location& loc) { return loc.storage->size(loc.key(commit_marker)).has_value(); }
 
-// Deletes everything under loc, the commit marker first (so that no reader ever sees a
-// committed checkpoint with objects missing).
-inline void remove_checkpoint(const Location& loc) {
-  const std::string marker = loc.key(commit_marker);
-  auto keys = loc.storage->list(loc.prefix.empty() ? std::string() : loc.prefix + "/");
-  if (std::find(keys.begin(), keys.end(), marker) != keys.end()) loc.storage->remove({marker});
-  std::erase(keys, marker);
-  if (!keys.empty()) loc.storage->remove(keys);
-}
-
 // --- every other format on objects (issue 12) ---------------------------------------
 // Written by the format's own writer into a local scratch directory and uploaded file
 // by file; opened by downloading the checkpoint's objects into a scratch directory that
@@ -152,7 +142,7 @@ inline void save(const Location& loc, const Snapshot& snap, const SaveOptions& o
   if (!existing.empty()) {
     if (!opts.force && std::find(existing.begin(), existing.end(), loc.key(commit_marker)) != existing.end())
       throw Error(loc.url, "", "a checkpoint already exists here (pass .force = true to overwrite)");
-    remove_checkpoint(loc);  // the old checkpoint, or what an interrupted save left
+    loc.storage->remove_prefix(loc.prefix);  // the old checkpoint (marker first), or what an interrupted save left
   }
   if (write == &ckpt::native::write) native_format::write(snap, loc, opts);  // the one native writer
   else interop_objects::write(loc, snap, opts, write);

@@ -9,9 +9,11 @@
 // (Reading stays on file descriptors, io_uring and pread: format/native/reader.hpp.)
 #pragma once
 
+#include <sys/file.h>
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -162,6 +164,46 @@ class PosixStorage final : public Storage {
     return out;
   }
 
+  std::vector<std::string> children(const std::string& prefix) const override {
+    std::vector<std::string> out;
+    const auto dir = prefix.empty() ? root_ : path(prefix);
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec)) return out;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      std::string name = it->path().filename().string();
+      std::error_code e2;
+      // A symbolic link to a directory elsewhere is not one of this root's.
+      if (name.starts_with(io::staging_prefix) || it->is_symlink(e2) || !it->is_directory(e2)) continue;
+      out.push_back(std::move(name));
+    }
+    if (ec) throw Error(dir.string(), "", "cannot list the directory: " + ec.message());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  // Renamed to a hidden .tmp- name first (a crash leaves no half-deleted directory under
+  // its own name; `ckpt gc` and managers remove such leftovers), then removed.
+  void remove_prefix(const std::string& prefix) override {
+    if (prefix.empty()) throw Error(root_.string(), "", "refusing to delete the storage's own directory");
+    const auto dir = path(prefix);
+    const auto parent = dir.parent_path();
+    const auto doomed =
+        parent / (std::string(io::staging_prefix) + dir.filename().string() + "-deleting-" + io::random_suffix());
+    {
+      // Locked before it gets its .tmp- name, so that a concurrent `ckpt gc` leaves the
+      // deletion to us.
+      const io::File hold = io::detail::open_dir_for_lock(dir);
+      if (hold) (void)::flock(hold.fd(), LOCK_EX | LOCK_NB);
+      if (::rename(dir.c_str(), doomed.c_str()) != 0) {
+        if (errno == ENOENT) return;  // already gone
+        io::throw_errno("cannot delete", dir);
+      }
+      std::error_code ec;
+      std::filesystem::remove_all(doomed, ec);
+      if (ec) throw Error(doomed.string(), "", "cannot delete: " + ec.message());
+    }
+  }
+
   void remove(const std::vector<std::string>& keys) override {
     for (const auto& k : keys) {
       std::error_code ec;
@@ -175,5 +217,11 @@ class PosixStorage final : public Storage {
   std::filesystem::path root_;
   Publish publish_;
 };
+
+// A local directory as a Location (its path is its URL): what the native format and
+// the manager use for plain paths.
+inline Location directory_location(const std::filesystem::path& dir, Publish publish = Publish::atomic) {
+  return Location{std::make_shared<PosixStorage>(dir, publish), "", dir.string()};
+}
 
 }  // namespace ckpt::storage

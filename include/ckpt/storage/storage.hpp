@@ -129,6 +129,18 @@ class Storage {
   // Deletes the objects; absent ones are not an error.
   virtual void remove(const std::vector<std::string>& keys) = 0;
 
+  // The names one level below prefix that hold objects ("checkpoint_5" for the key
+  // "run/checkpoint_5/manifest" under "run"), sorted: a manager's steps. A directory's
+  // subdirectories (not symbolic links, not staging directories); the default lists
+  // every key under prefix.
+  virtual std::vector<std::string> children(const std::string& prefix) const;
+
+  // Deletes everything under prefix: a checkpoint, a manager's step. The commit marker
+  // goes first, so that no reader ever sees a committed checkpoint with objects missing
+  // (a crash halfway leaves an uncommitted leftover, which a manager's cleanup removes);
+  // a directory is renamed aside, then removed.
+  virtual void remove_prefix(const std::string& prefix);
+
   // The directory that holds the objects when they are local files (PosixStorage), so
   // that a reader may keep file descriptors and use preadv or io_uring on them; none
   // for a remote or in-memory store.
@@ -170,6 +182,31 @@ inline std::unique_ptr<ObjectWriter> Storage::create(const std::string& key) {
   return std::make_unique<detail::GatheringWriter>(*this, key);
 }
 
+// The object that commits a checkpoint on an object store (Orbax's name for it).
+inline constexpr std::string_view commit_marker = "commit_success.txt";
+
+inline std::vector<std::string> Storage::children(const std::string& prefix) const {
+  const std::string dir = prefix.empty() ? std::string() : prefix + "/";
+  std::vector<std::string> out;
+  for (const auto& key : list(dir)) {
+    const auto slash = key.find('/', dir.size());
+    if (slash == std::string::npos) continue;  // an object directly under prefix
+    std::string name = key.substr(dir.size(), slash - dir.size());
+    if (out.empty() || out.back() != name) out.push_back(std::move(name));  // a name's keys are together
+  }
+  std::sort(out.begin(), out.end());  // ("a!/x" lists before "a/x", yet "a" < "a!")
+  return out;
+}
+
+inline void Storage::remove_prefix(const std::string& prefix) {
+  const std::string dir = prefix.empty() ? std::string() : prefix + "/";
+  const std::string marker = dir + std::string(commit_marker);
+  auto keys = list(dir);
+  if (std::find(keys.begin(), keys.end(), marker) != keys.end()) remove({marker});
+  std::erase(keys, marker);
+  if (!keys.empty()) remove(keys);
+}
+
 // A checkpoint's place: the storage and the key prefix under it ("" for its root).
 struct Location {
   std::shared_ptr<Storage> storage;
@@ -179,10 +216,9 @@ struct Location {
   std::string key(std::string_view name) const {
     return prefix.empty() ? std::string(name) : prefix + "/" + std::string(name);
   }
+  // The place of a checkpoint or step below this one.
+  Location child(std::string_view name) const { return {storage, key(name), url + "/" + std::string(name)}; }
 };
-
-// The object that commits a checkpoint on an object store (Orbax's name for it).
-inline constexpr std::string_view commit_marker = "commit_success.txt";
 
 // "s3" for "s3://bucket/x"; "" for a plain path (posix). A scheme is letters, digits,
 // '+', '-' or '.', at least two characters (so that "C://" style paths never match).
