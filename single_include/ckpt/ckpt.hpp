@@ -5195,8 +5195,8 @@ class Storage {
 
   // The names one level below prefix that hold objects ("checkpoint_5" for the key
   // "run/checkpoint_5/manifest" under "run"), sorted: a manager's steps. A directory's
-  // subdirectories (not symbolic links, not staging directories); the default lists
-  // every key under prefix.
+  // subdirectories (not symbolic links, not staging directories; an empty one too); the
+  // default lists every key under prefix.
   virtual std::vector<std::string> children(const std::string& prefix) const;
 
   // Deletes everything under prefix: a checkpoint, a manager's step. The commit marker
@@ -5211,7 +5211,8 @@ class Storage {
   virtual std::optional<std::filesystem::path> local_directory() const { return std::nullopt; }
 
   // How many objects are best written at once (S3: its connection count), so that a
-  // save spreads its data over that many objects.
+  // save spreads its data over at least that many objects (a directory: 1, the default;
+  // SaveOptions::data_files asks for more).
   virtual unsigned parallelism() const { return 1; }
 };
 
@@ -5927,7 +5928,6 @@ inline void pread_ranges(const File& f, std::span<const RangeRead> ops, const st
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 // begin ckpt/io/staging_dir.hpp
@@ -6278,9 +6278,6 @@ class PosixStorage final : public Storage {
     return std::make_unique<detail::FileWriter>(file, publish_);
   }
 
-  // Data files at once: one per core, up to 8 (a disk keeps several writers busy; the
-  // copies into the page cache are the cost on a fast one).
-  unsigned parallelism() const override { return std::clamp(std::thread::hardware_concurrency(), 1u, 8u); }
 
   using Storage::put;
   void put(const std::string& key, std::span<const ConstBytes> pieces) override {
@@ -6891,11 +6888,12 @@ inline const std::byte* zero_page() {
   return zeros;
 }
 
-// SaveOptions::data_files, else as many as the storage writes at once (a local disk:
-// one per core up to 8; S3: its connections), never more than there are large leaves.
-inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves,
-                                unsigned storage_parallelism = std::clamp(std::thread::hardware_concurrency(), 1u, 8u)) {
-  const unsigned n = opt.data_files != 0 ? opt.data_files : std::max(1u, storage_parallelism);
+// SaveOptions::data_files (0: one per hardware thread, at most 8), and at least as many
+// as the storage writes at once (S3: its connections, each data object one PUT; a disk:
+// 1, where one file measured fastest), never more than there are large leaves.
+inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves, unsigned storage_parallelism = 1) {
+  unsigned n = opt.data_files != 0 ? opt.data_files : std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  n = std::max(n, storage_parallelism);
   return static_cast<unsigned>(std::clamp<std::size_t>(large_leaves, 1, n));
 }
 

@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <ckpt/error.hpp>
@@ -106,9 +105,6 @@ class PosixStorage final : public Storage {
     return std::make_unique<detail::FileWriter>(file, publish_);
   }
 
-  // Data files at once: one per core, up to 8 (a disk keeps several writers busy; the
-  // copies into the page cache are the cost on a fast one).
-  unsigned parallelism() const override { return std::clamp(std::thread::hardware_concurrency(), 1u, 8u); }
 
   using Storage::put;
   void put(const std::string& key, std::span<const ConstBytes> pieces) override {

@@ -131,8 +131,8 @@ class Storage {
 
   // The names one level below prefix that hold objects ("checkpoint_5" for the key
   // "run/checkpoint_5/manifest" under "run"), sorted: a manager's steps. A directory's
-  // subdirectories (not symbolic links, not staging directories); the default lists
-  // every key under prefix.
+  // subdirectories (not symbolic links, not staging directories; an empty one too); the
+  // default lists every key under prefix.
   virtual std::vector<std::string> children(const std::string& prefix) const;
 
   // Deletes everything under prefix: a checkpoint, a manager's step. The commit marker
@@ -147,7 +147,8 @@ class Storage {
   virtual std::optional<std::filesystem::path> local_directory() const { return std::nullopt; }
 
   // How many objects are best written at once (S3: its connection count), so that a
-  // save spreads its data over that many objects.
+  // save spreads its data over at least that many objects (a directory: 1, the default;
+  // SaveOptions::data_files asks for more).
   virtual unsigned parallelism() const { return 1; }
 };
 

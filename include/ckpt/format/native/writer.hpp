@@ -35,11 +35,12 @@ inline const std::byte* zero_page() {
   return zeros;
 }
 
-// SaveOptions::data_files, else as many as the storage writes at once (a local disk:
-// one per core up to 8; S3: its connections), never more than there are large leaves.
-inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves,
-                                unsigned storage_parallelism = std::clamp(std::thread::hardware_concurrency(), 1u, 8u)) {
-  const unsigned n = opt.data_files != 0 ? opt.data_files : std::max(1u, storage_parallelism);
+// SaveOptions::data_files (0: one per hardware thread, at most 8), and at least as many
+// as the storage writes at once (S3: its connections, each data object one PUT; a disk:
+// 1, where one file measured fastest), never more than there are large leaves.
+inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves, unsigned storage_parallelism = 1) {
+  unsigned n = opt.data_files != 0 ? opt.data_files : std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  n = std::max(n, storage_parallelism);
   return static_cast<unsigned>(std::clamp<std::size_t>(large_leaves, 1, n));
 }
 
