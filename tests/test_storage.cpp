@@ -320,6 +320,10 @@ TEST_CASE("storage: a manager on memory keeps, prunes, saves asynchronously and 
   CHECK_THROWS_CKPT((ckpt::CheckpointManager<State, ckpt::memory>("/tmp/x")), ckpt::Error, "mem://");
   CHECK_THROWS_CKPT((ckpt::CheckpointManager<State>("mem://storage-test-mgr/r2", {.todelete_subdir = "trash"})),
                     ckpt::Error, "todelete_subdir");
+  // Incremental saves hard-link data files: refused on an object store when the manager
+  // opens (a save used to stage a local directory named "mem:" in the working directory).
+  CHECK_THROWS_CKPT((ckpt::CheckpointManager<State>("mem://storage-test-mgr/r3", {.incremental = true})), ckpt::Error,
+                    "incremental");
   ckpt::memory_storage_clear("storage-test-mgr");
 }
 

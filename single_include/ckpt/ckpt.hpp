@@ -6278,26 +6278,11 @@ class PosixStorage final : public Storage {
     return std::make_unique<detail::FileWriter>(file, publish_);
   }
 
-
   using Storage::put;
   void put(const std::string& key, std::span<const ConstBytes> pieces) override {
-    if (publish_ == Publish::in_place) {
-      auto w = create(key);
-      w->append(pieces, true);
-      w->close();
-      return;
-    }
-    const auto file = path(key);
-    std::error_code ec;
-    std::filesystem::create_directories(file.parent_path(), ec);
-    if (ec) throw Error(file.string(), "", "cannot create directory: " + ec.message());
-    io::publish_file(file, true, [&](const std::filesystem::path& tmp) {
-      io::File f = io::File::create(tmp);
-      std::vector<iovec> iov;
-      for (const auto& p : pieces) iov.push_back({const_cast<std::byte*>(p.data()), p.size()});
-      io::write_all(f, std::move(iov), tmp);
-      f.sync(tmp);
-    });
+    auto w = create(key);
+    w->append(pieces, true);
+    w->close();
   }
 
   void get(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const override {
@@ -11122,6 +11107,7 @@ class CheckpointManager {
       if (!options_.todelete_subdir.empty()) unsupported("todelete_subdir");
       if (options_.best_metric_from_tensorboard) unsupported("best_metric_from_tensorboard");
       if (options_.keep_dataset_checkpoints) unsupported("keep_dataset_checkpoints");
+      if (options_.incremental) unsupported("incremental (unchanged data files are hard-linked)");
       location_ = storage::open_location(root_);
     } else {
       std::error_code ec;

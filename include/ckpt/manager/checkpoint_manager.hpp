@@ -135,6 +135,7 @@ class CheckpointManager {
       if (!options_.todelete_subdir.empty()) unsupported("todelete_subdir");
       if (options_.best_metric_from_tensorboard) unsupported("best_metric_from_tensorboard");
       if (options_.keep_dataset_checkpoints) unsupported("keep_dataset_checkpoints");
+      if (options_.incremental) unsupported("incremental (unchanged data files are hard-linked)");
       location_ = storage::open_location(root_);
     } else {
       std::error_code ec;
