@@ -46,9 +46,10 @@ inline bool has_streams(const Snapshot& snap) {
 }
 template <class Format>
 inline constexpr bool writes_streams = requires { requires Format::writes_streams; };
-// Whether a save of this format to dir reads streamed leaves itself: the native format's
-// object-store writer (s3://, mem://) takes leaves in memory; other formats are written
-// to a local scratch directory first (storage/object_store.hpp), by their own writer.
+// Whether a save of this format to dir reads streamed leaves itself. On an object store
+// (s3://, mem://) the native writer sends each data object whole at its close, so a
+// streamed leaf would be copied into memory anyway: it is read in first; other formats
+// are written to a local scratch directory (storage/object_store.hpp) by their own writer.
 inline bool takes_streams(const FormatEntry& format, const std::filesystem::path& dir) {
   return format.writes_streams && !(storage::is_url(dir) && format.write == &ckpt::native::write);
 }

@@ -6885,7 +6885,7 @@ inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves
 // The manifest entries of a snapshot, before any data file is written: every leaf's path,
 // dtype, shape and length; a leaf under opt.inline_threshold (or of dtype none) kept
 // inline with its checksum, the others listed in `large` for the data files. The one
-// plan of the three native writers (this one, the incremental one, the object-store one).
+// plan of the native writers (this one, on every storage; the incremental one; ckpt::mpi's).
 struct EntryPlan {
   std::vector<IndexEntry> entries;
   std::vector<std::size_t> large;  // indices of the leaves that go to data files
@@ -7306,9 +7306,10 @@ inline bool has_streams(const Snapshot& snap) {
 }
 template <class Format>
 inline constexpr bool writes_streams = requires { requires Format::writes_streams; };
-// Whether a save of this format to dir reads streamed leaves itself: the native format's
-// object-store writer (s3://, mem://) takes leaves in memory; other formats are written
-// to a local scratch directory first (storage/object_store.hpp), by their own writer.
+// Whether a save of this format to dir reads streamed leaves itself. On an object store
+// (s3://, mem://) the native writer sends each data object whole at its close, so a
+// streamed leaf would be copied into memory anyway: it is read in first; other formats
+// are written to a local scratch directory (storage/object_store.hpp) by their own writer.
 inline bool takes_streams(const FormatEntry& format, const std::filesystem::path& dir) {
   return format.writes_streams && !(storage::is_url(dir) && format.write == &ckpt::native::write);
 }

@@ -47,7 +47,7 @@ inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves
 // The manifest entries of a snapshot, before any data file is written: every leaf's path,
 // dtype, shape and length; a leaf under opt.inline_threshold (or of dtype none) kept
 // inline with its checksum, the others listed in `large` for the data files. The one
-// plan of the three native writers (this one, the incremental one, the object-store one).
+// plan of the native writers (this one, on every storage; the incremental one; ckpt::mpi's).
 struct EntryPlan {
   std::vector<IndexEntry> entries;
   std::vector<std::size_t> large;  // indices of the leaves that go to data files
