@@ -6636,7 +6636,7 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
 
 // A checkpoint directory.
 inline std::shared_ptr<const Index> open(const fs::path& dir) {
-  return open(storage::Location{std::make_shared<storage::PosixStorage>(dir), "", dir.string()});
+  return open(storage::directory_location(dir));
 }
 
 }  // namespace ckpt::native_format
@@ -7113,8 +7113,7 @@ inline void write(const Snapshot& snap, const storage::Location& loc, const Save
 // Writes the checkpoint into `dir` (an empty staging directory); the caller renames it
 // into place.
 inline void write(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opt) {
-  write(snap, storage::Location{std::make_shared<storage::PosixStorage>(dir, storage::Publish::in_place), "", dir.string()},
-        opt);
+  write(snap, storage::directory_location(dir, storage::Publish::in_place), opt);
 }
 
 }  // namespace ckpt::native_format
@@ -17796,12 +17795,7 @@ static_assert(format_policy<safetensors>, CKPT_INTERNAL_CHECK("safetensors must 
 // few large parallel ranged GETs written straight into the target).
 
 #include <algorithm>
-#include <atomic>
-#include <mutex>
-#include <exception>
-#include <thread>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>

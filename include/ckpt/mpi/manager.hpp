@@ -49,6 +49,7 @@
 #include <ckpt/mpi/restore.hpp>
 #include <ckpt/mpi/save.hpp>
 #include <ckpt/retain/tensorboard.hpp>
+#include <ckpt/storage/posix.hpp>
 
 namespace ckpt::mpi {
 
@@ -68,6 +69,7 @@ class CheckpointManager {
   CheckpointManager(const Comm& comm, std::filesystem::path root, ManagerOptions options = {})
       : comm_(comm),
         root_(std::move(root)),
+        location_(storage::directory_location(root_)),
         options_(std::move(options)),
         naming_{options_.step_prefix, options_.step_format_fixed_length},
         executor_(options_.async_timeout) {
@@ -91,7 +93,7 @@ class CheckpointManager {
       }
       lock_.emplace(root_);
       if (options_.cleanup_tmp_directories)
-        ckpt::detail::manager::cleanup_root(storage::directory_location(root_), naming_, &format_type::is_committed);
+        ckpt::detail::manager::cleanup_root(location_, naming_, &format_type::is_committed);
     });
     if constexpr (executor_policy_type::copies_state) {
       MPI_Comm_dup(comm_.get(), &background_raw_);
@@ -250,7 +252,7 @@ class CheckpointManager {
       steps_.erase(it);
     }
     comm_.run(root_.string(), [&] {
-      if (comm_.rank() == 0) ckpt::detail::manager::remove_step(storage::directory_location(root_), options_.todelete_subdir, name);
+      if (comm_.rank() == 0) ckpt::detail::manager::remove_step(location_, options_.todelete_subdir, name);
     });
   }
 
@@ -313,7 +315,7 @@ class CheckpointManager {
     comm_.run(root_.string(), [&] {
       if (comm_.rank() != 0) return;
       nlohmann::json j = nlohmann::json::array();
-      for (const auto& [step, i] : ckpt::detail::manager::scan_root(storage::directory_location(root_), naming_, &format_type::is_committed)) {
+      for (const auto& [step, i] : ckpt::detail::manager::scan_root(location_, naming_, &format_type::is_committed)) {
         nlohmann::json m = nlohmann::json::object();
         for (const auto& [k, v] : i.metrics) m[k] = v;
         j.push_back({{"step", step},
@@ -461,7 +463,7 @@ class CheckpointManager {
     }
     comm.run(root_.string(), [&] {
       if (comm.rank() == 0)
-        for (const auto& n : doomed) ckpt::detail::manager::remove_step(storage::directory_location(root_), options_.todelete_subdir, n);
+        for (const auto& n : doomed) ckpt::detail::manager::remove_step(location_, options_.todelete_subdir, n);
     });
     if (options_.keep_dataset_checkpoints) prune_dataset_items(comm, *options_.keep_dataset_checkpoints);
     if (options_.on_save) options_.on_save(job.stats);  // on every rank, its own figures
@@ -497,6 +499,7 @@ class CheckpointManager {
 
   Comm comm_;
   std::filesystem::path root_;
+  storage::Location location_;  // root_ seen through the storage concept (a shared file system)
   ManagerOptions options_;
   StepNaming naming_;
   std::optional<ckpt::detail::manager::RootLock> lock_;  // rank 0's

@@ -17,31 +17,22 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
-#include <mutex>
-#include <exception>
-#include <thread>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <ckpt/error.hpp>
-#include <ckpt/exec/progress_tracker.hpp>
 #include <ckpt/format/native.hpp>
-#include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/reader.hpp>
 #include <ckpt/format/native/writer.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/index.hpp>
-#include <ckpt/io/checksum.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/io/mapped_file.hpp>
 #include <ckpt/io/staging_dir.hpp>
 #include <ckpt/options.hpp>
-#include <ckpt/restore/verifier.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/storage/storage.hpp>
 

@@ -284,7 +284,7 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
 
 // A checkpoint directory.
 inline std::shared_ptr<const Index> open(const fs::path& dir) {
-  return open(storage::Location{std::make_shared<storage::PosixStorage>(dir), "", dir.string()});
+  return open(storage::directory_location(dir));
 }
 
 }  // namespace ckpt::native_format

@@ -275,8 +275,7 @@ inline void write(const Snapshot& snap, const storage::Location& loc, const Save
 // Writes the checkpoint into `dir` (an empty staging directory); the caller renames it
 // into place.
 inline void write(const Snapshot& snap, const std::filesystem::path& dir, const SaveOptions& opt) {
-  write(snap, storage::Location{std::make_shared<storage::PosixStorage>(dir, storage::Publish::in_place), "", dir.string()},
-        opt);
+  write(snap, storage::directory_location(dir, storage::Publish::in_place), opt);
 }
 
 }  // namespace ckpt::native_format
