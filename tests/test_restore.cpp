@@ -225,6 +225,36 @@ TEST_CASE("restore_tree loads every leaf; as<U> converts to any matching leaf ty
   CHECK(rng() == s.rng());
 }
 
+TEST_CASE("the index keeps paths in path order: list items by number, then names, whatever order the file has") {
+  test::TempDir tmp;
+  struct Mixed {
+    std::vector<std::int32_t> head;  // saved before the list: not in path order
+    std::vector<std::vector<std::int32_t>> items;
+    std::map<std::string, std::int32_t> by_name;
+  } m;
+  m.head = {7};
+  for (int i = 0; i < 12; ++i) m.items.push_back({i});
+  m.by_name = {{"10", 1}, {"9", 2}, {"b", 3}, {"a", 4}, {"09", 5}};
+  ckpt::save(tmp / "c", m);
+  const auto index = ckpt::open_index(tmp / "c");
+  // 2 before 10 (bytes would put "10" before "2"); all-digit names by length, then
+  // digits ("09" is no list index, but sorts among them); then the other names
+  std::vector<std::string> numbered;
+  for (int i = 0; i < 12; ++i) numbered.push_back(std::to_string(i));
+  CHECK(index->children(ckpt::Path({"items"})) == numbered);
+  CHECK(index->children(ckpt::Path({"by_name"})) == std::vector<std::string>{"9", "09", "10", "a", "b"});
+  CHECK(index->children(ckpt::Path()) == std::vector<std::string>{"by_name", "head", "items"});
+  CHECK(index->has_subtree(ckpt::Path({"items"})));
+  CHECK(index->has_subtree(ckpt::Path({"items", "11"})));
+  CHECK_FALSE(index->has_subtree(ckpt::Path({"items", "12"})));
+  for (const auto& e : index->entries()) CHECK(index->find(e.path) == &e);
+  CHECK(index->find(ckpt::Path({"items", "1", "0"})) == nullptr);
+  const Mixed back = ckpt::restore<Mixed>(tmp / "c");
+  CHECK(back.items == m.items);
+  CHECK(back.by_name == m.by_name);
+  CHECK(back.head == m.head);
+}
+
 TEST_CASE("metadata reads no data: a corrupted data file shows only when a leaf is read") {
   test::TempDir tmp;
   TrainState s = make_state();
