@@ -2562,7 +2562,8 @@ class Index {
   const IndexEntry* find(const Path& p) const;
   // True when some leaf lies at or under p.
   bool has_subtree(const Path& p) const;
-  // The distinct segments that follow p, in sorted order (empty when p is a leaf).
+  // The distinct segments that follow p, in path order (empty when p is a leaf):
+  // list indices first, by value ("2" before "10"), then the other names byte by byte.
   std::vector<std::string> children(const Path& p) const;
   // Reads a leaf's bytes into dst (dst.size() == e.length), verifying its checksum when asked.
   void read(const IndexEntry& e, std::span<std::byte> dst, bool verify = true) const;
@@ -2602,15 +2603,21 @@ class Index {
     return v.size() >= pre.size() && std::equal(pre.begin(), pre.end(), v.begin());
   }
   const std::vector<std::string>& segments(std::uint32_t i) const { return entries_[i].path.segments(); }
+  // The order of sorted_: segment by segment, list indices (all digits) before other
+  // names and by value, so that a list's items, which writers walk 0, 1, 2, ..., are
+  // already in order (see the constructor); the rest byte by byte. A total order, and
+  // lexicographic over segments, so a subtree is still a contiguous range.
+  static bool path_less(const std::vector<std::string>& a, const std::vector<std::string>& b);
   // The first entry (in sorted_) whose path is not less than p.
   std::vector<std::uint32_t>::const_iterator lower_bound(const std::vector<std::string>& p) const;
 
   std::string checkpoint_;
   IndexInfo info_;
   std::vector<IndexEntry> entries_;
-  // Entry numbers in path order (segment by segment): lookups are binary searches, and
-  // a subtree is a range. A sorted vector rather than a map: no copy of any path, and
-  // opening 20,000 leaves builds it in one sort instead of 20,000 node allocations.
+  // Entry numbers in path order (path_less): lookups are binary searches, and a subtree
+  // is a range. A sorted vector rather than a map: no copy of any path, and opening
+  // 20,000 leaves builds it in one pass when the writer's order is already path order
+  // (a list of leaves), else one sort, instead of 20,000 node allocations.
   std::vector<std::uint32_t> sorted_;
   // Where find() looks first: the entry after the one it found last. A restore walks
   // its target in the order the writer walked the same struct, which is the entries'
@@ -2822,12 +2829,18 @@ CKPT_API Index::Index(std::string checkpoint, IndexInfo info, std::vector<IndexE
     throw CorruptCheckpointError(checkpoint_, "", "more than 2^32 leaves");
   sorted_.resize(entries_.size());
   for (std::size_t i = 0; i < sorted_.size(); ++i) sorted_[i] = static_cast<std::uint32_t>(i);
+  // A list of 20,000 leaves comes in path order already: one pass instead of a sort
+  // that took a millisecond. Strictly increasing also means no path appears twice.
+  bool in_order = true;
+  for (std::size_t k = 1; k < sorted_.size() && in_order; ++k) in_order = path_less(segments(k - 1), segments(k));
   // stable: of two equal paths the first is reported, as the order in the file has it
-  std::stable_sort(sorted_.begin(), sorted_.end(), [&](std::uint32_t a, std::uint32_t b) { return segments(a) < segments(b); });
+  if (!in_order)
+    std::stable_sort(sorted_.begin(), sorted_.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return path_less(segments(a), segments(b)); });
   for (std::size_t k = 1; k < sorted_.size(); ++k) {
     const auto& a = segments(sorted_[k - 1]);
     const auto& b = segments(sorted_[k]);
-    if (a == b)
+    if (!in_order && a == b)
       throw CorruptCheckpointError(checkpoint_, entries_[sorted_[k]].path.str(), "leaf appears twice in the checkpoint");
     if (b.size() > a.size() && std::equal(a.begin(), a.end(), b.begin()))
       throw CorruptCheckpointError(checkpoint_, entries_[sorted_[k - 1]].path.str(),
@@ -2835,9 +2848,26 @@ CKPT_API Index::Index(std::string checkpoint, IndexInfo info, std::vector<IndexE
   }
 }
 
+CKPT_API bool Index::path_less(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  const auto digits = [](const std::string& s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const std::size_t n = std::min(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string& x = a[i];
+    const std::string& y = b[i];
+    if (x == y) continue;
+    const bool dx = digits(x), dy = digits(y);
+    if (dx != dy) return dx;                                // list indices before names
+    if (dx && x.size() != y.size()) return x.size() < y.size();  // "2" before "10"
+    return x < y;
+  }
+  return a.size() < b.size();
+}
+
 CKPT_API std::vector<std::uint32_t>::const_iterator Index::lower_bound(const std::vector<std::string>& p) const {
   return std::lower_bound(sorted_.begin(), sorted_.end(), p,
-                          [&](std::uint32_t i, const std::vector<std::string>& key) { return segments(i) < key; });
+                          [&](std::uint32_t i, const std::vector<std::string>& key) { return path_less(segments(i), key); });
 }
 
 CKPT_API const IndexEntry* Index::find(const Path& p) const {
@@ -4938,6 +4968,72 @@ inline void decode_boxes(detail::mp::Cursor& c, IndexEntry& e) {
   }
 }
 
+// One leaf of the manifest's "leaves", decoded into e and checked; errors name it (lr).
+inline void decode_leaf(detail::mp::Cursor& c, detail::mp::Reader& lr, const IndexInfo& info, IndexEntry& e) {
+  detail::mp::MapFields l(c, keys::leaf);
+  {
+    auto& segments = l.at(keys::path);
+    std::vector<std::string> segs(segments.array("path"));
+    for (auto& seg : segs) seg = segments.str("path segment");
+    e.path = Path(std::move(segs));
+    l.read_past(keys::path);
+  }
+  // Every error after this point names the leaf, whatever field of it is wrong.
+  lr.name_leaf(e.path);
+  c.use(lr);
+  auto fail = [&](const std::string& what) -> void { lr.fail(what); };
+  const std::string_view dt = l.at(keys::dtype).str("dtype");
+  l.read_past(keys::dtype);
+  const auto d = dtype_from_name(dt);
+  if (!d) fail("unknown dtype " + quote_for_message(std::string(dt)));
+  e.type = *d;
+  {
+    auto& dims = l.at(keys::shape);
+    const std::uint32_t rank = dims.array("shape");
+    e.shape.reserve(std::min<std::size_t>(rank, dims.left()));
+    for (std::uint32_t k = 0; k < rank; ++k) e.shape.push_back(dims.i64("shape"));
+    l.read_past(keys::shape);
+  }
+  const std::int64_t elements = element_count(e.shape);
+  if (elements < 0) fail("shape " + shape_str(e.shape) + " is invalid");
+  e.offset = l.at(keys::offset).u64("offset");
+  l.read_past(keys::offset);
+  e.length = l.at(keys::length).u64("length");
+  l.read_past(keys::length);
+  e.checksum = l.at(keys::xxh3).u64("xxh3");
+  l.read_past(keys::xxh3);
+  if (is_numeric(e.type)) {
+    if (static_cast<std::uint64_t>(elements) > e.length / dtype_size(e.type) + 1 ||
+        static_cast<std::uint64_t>(elements) * dtype_size(e.type) != e.length)
+      fail("shape " + shape_str(e.shape) + " of " + std::string(dt) + " needs " + std::to_string(elements) +
+           " elements but " + std::to_string(e.length) + " bytes are recorded");
+  } else if (e.type == dtype::none && e.length != 0) {
+    fail("an empty node has bytes");
+  } else if (e.type == dtype::string && !e.shape.empty()) {
+    fail("string leaves must be scalars");
+  }
+  if (auto* boxes = l.find(keys::boxes)) {
+    decode_boxes(*boxes, e);
+    l.finish();
+    return;
+  }
+  decode_storage(l, e);
+  if (auto* ch = l.find(keys::chunk_xxh3)) {  // version 2: per-chunk checksums
+    if (info.format_version < 2) fail("chunk_xxh3 in a version 1 manifest");
+    if (e.file.empty()) fail("an inline leaf has chunk checksums");
+    const std::string_view bin = ch->string_if(false, true);
+    e.chunk_bytes = l.at(keys::chunk_bytes).u64("chunk_bytes");
+    if (e.chunk_bytes < 4096 || e.chunk_bytes > (std::uint64_t{1} << 30) || (e.chunk_bytes & (e.chunk_bytes - 1)))
+      fail("chunk_bytes " + std::to_string(e.chunk_bytes) + " is not a power of two in [4 KiB, 1 GiB]");
+    const std::uint64_t n = (e.length + e.chunk_bytes - 1) / e.chunk_bytes;
+    if (!bin.data() || bin.size() != n * 8)
+      fail("chunk_xxh3 must hold " + std::to_string(n) + " checksums for " + std::to_string(e.length) + " bytes");
+    e.chunk_xxh3 = le_u64s(std::as_bytes(std::span(bin)));
+    if (chunk_list_xxh3(e.chunk_xxh3) != e.checksum) fail("chunk checksums do not match the leaf's xxh3");
+  }
+  l.finish();
+}
+
 // Parses a manifest already checked against the commit marker; still validates every
 // field, since the marker only proves the manifest is the one the writer wrote. Read
 // with a Cursor, straight from the bytes: the entries' inline bytes point into `bytes`,
@@ -4969,71 +5065,13 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
     }
   }
 
-  std::vector<IndexEntry> entries;
   const std::uint32_t count = root.at(keys::leaves).array("leaves");
+  std::vector<IndexEntry> entries;
   entries.reserve(count);
   detail::mp::Reader lr = r.at_path("");  // names each leaf in turn (name_leaf)
   for (std::uint32_t i = 0; i < count; ++i) {
     c.use(r);
-    detail::mp::MapFields l(c, keys::leaf);
-    IndexEntry e;
-    {
-      auto& segments = l.at(keys::path);
-      std::vector<std::string> segs(segments.array("path"));
-      for (auto& seg : segs) seg = segments.str("path segment");
-      e.path = Path(std::move(segs));
-    }
-    // Every error after this point names the leaf, whatever field of it is wrong.
-    lr.name_leaf(e.path);
-    c.use(lr);
-    auto fail = [&](const std::string& what) -> void { lr.fail(what); };
-    const std::string_view dt = l.at(keys::dtype).str("dtype");
-    const auto d = dtype_from_name(dt);
-    if (!d) fail("unknown dtype " + quote_for_message(std::string(dt)));
-    e.type = *d;
-    {
-      auto& dims = l.at(keys::shape);
-      const std::uint32_t rank = dims.array("shape");
-      e.shape.reserve(std::min<std::size_t>(rank, dims.left()));
-      for (std::uint32_t k = 0; k < rank; ++k) e.shape.push_back(dims.i64("shape"));
-    }
-    const std::int64_t elements = element_count(e.shape);
-    if (elements < 0) fail("shape " + shape_str(e.shape) + " is invalid");
-    e.offset = l.at(keys::offset).u64("offset");
-    e.length = l.at(keys::length).u64("length");
-    e.checksum = l.at(keys::xxh3).u64("xxh3");
-    if (is_numeric(e.type)) {
-      if (static_cast<std::uint64_t>(elements) > e.length / dtype_size(e.type) + 1 ||
-          static_cast<std::uint64_t>(elements) * dtype_size(e.type) != e.length)
-        fail("shape " + shape_str(e.shape) + " of " + std::string(dt) + " needs " + std::to_string(elements) +
-             " elements but " + std::to_string(e.length) + " bytes are recorded");
-    } else if (e.type == dtype::none && e.length != 0) {
-      fail("an empty node has bytes");
-    } else if (e.type == dtype::string && !e.shape.empty()) {
-      fail("string leaves must be scalars");
-    }
-    if (auto* boxes = l.find(keys::boxes)) {
-      decode_boxes(*boxes, e);
-      entries.push_back(std::move(e));
-      l.finish();
-      continue;
-    }
-    decode_storage(l, e);
-    if (auto* ch = l.find(keys::chunk_xxh3)) {  // version 2: per-chunk checksums
-      if (info.format_version < 2) fail("chunk_xxh3 in a version 1 manifest");
-      if (e.file.empty()) fail("an inline leaf has chunk checksums");
-      const std::string_view bin = ch->string_if(false, true);
-      e.chunk_bytes = l.at(keys::chunk_bytes).u64("chunk_bytes");
-      if (e.chunk_bytes < 4096 || e.chunk_bytes > (std::uint64_t{1} << 30) || (e.chunk_bytes & (e.chunk_bytes - 1)))
-        fail("chunk_bytes " + std::to_string(e.chunk_bytes) + " is not a power of two in [4 KiB, 1 GiB]");
-      const std::uint64_t n = (e.length + e.chunk_bytes - 1) / e.chunk_bytes;
-      if (!bin.data() || bin.size() != n * 8)
-        fail("chunk_xxh3 must hold " + std::to_string(n) + " checksums for " + std::to_string(e.length) + " bytes");
-      e.chunk_xxh3 = le_u64s(std::as_bytes(std::span(bin)));
-      if (chunk_list_xxh3(e.chunk_xxh3) != e.checksum) fail("chunk checksums do not match the leaf's xxh3");
-    }
-    entries.push_back(std::move(e));
-    l.finish();
+    decode_leaf(c, lr, info, entries.emplace_back());  // reserved: the leaf lr names stays put
   }
   root.read_past(keys::leaves);
   // Looked up after the leaves: writers put it before them, and an absent key is looked
@@ -6425,9 +6463,12 @@ class Reader final : public IndexReader {
       if (r.entry->file.empty()) read(index, *r.entry, r.dst, r.verify);
       else order.push_back(&r);
     }
-    std::sort(order.begin(), order.end(), [](const LeafRead* a, const LeafRead* b) {
+    // By place in the files; a group usually comes in that order (a restore walks its
+    // target in the writer's order), which is checked before sorting.
+    const auto before = [](const LeafRead* a, const LeafRead* b) {
       return std::tie(a->entry->file, a->entry->offset) < std::tie(b->entry->file, b->entry->offset);
-    });
+    };
+    if (!std::is_sorted(order.begin(), order.end(), before)) std::sort(order.begin(), order.end(), before);
     alignas(64) static thread_local std::byte padding[alignment];  // gaps are read here and dropped
     std::vector<iovec> iov;
     for (std::size_t i = 0; i < order.size();) {
@@ -6583,9 +6624,16 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
   IndexInfo info;
   std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
   const std::vector<const IndexEntry*> stored = stored_bytes(entries);
-  std::map<std::string, std::optional<std::uint64_t>> sizes;  // of each data object
-  for (const IndexEntry* e : stored)
-    if (!e->file.empty()) sizes[e->file];
+  // The size of each data object. Neighbouring leaves share their file: each looks up
+  // its file's slot only when its name differs from the one before (20,000 map lookups
+  // by string were half a millisecond of opening 20,000 leaves, twice).
+  std::map<std::string, std::optional<std::uint64_t>> sizes;
+  std::vector<std::optional<std::uint64_t>*> size_of(stored.size());
+  for (std::size_t i = 0; i < stored.size(); ++i) {
+    const std::string& file = stored[i]->file;
+    if (file.empty()) continue;
+    size_of[i] = i > 0 && size_of[i - 1] && stored[i - 1]->file == file ? size_of[i - 1] : &sizes[file];
+  }
 
   std::shared_ptr<const IndexReader> reader;
   if (local) {
@@ -6623,10 +6671,10 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
       if (e) std::rethrow_exception(e);
     reader = std::make_shared<ObjectReader>(loc);
   }
-  for (const IndexEntry* ep : stored) {
-    const IndexEntry& e = *ep;
+  for (std::size_t i = 0; i < stored.size(); ++i) {
+    const IndexEntry& e = *stored[i];
     if (e.file.empty()) continue;
-    const auto& size = sizes[e.file];
+    const auto& size = *size_of[i];
     if (!size) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing or unreadable");
     check_within_file(ckpt, e, *size);
   }
@@ -7541,8 +7589,11 @@ CKPT_API void ReadQueue::run() {
       return;
     }
   }
-  // Biggest first; the parts of a leaf keep their order (sequential in the file).
-  std::stable_sort(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); });
+  // Biggest first; the parts of a leaf keep their order (sequential in the file). A
+  // list of leaves of one size is in that order already: checked first, since sorting
+  // 20,000 jobs took half a millisecond.
+  const auto bigger = [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); };
+  if (!std::is_sorted(jobs_.begin(), jobs_.end(), bigger)) std::stable_sort(jobs_.begin(), jobs_.end(), bigger);
   group_small_leaves();
   // Threads pay off only for sizeable restores.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

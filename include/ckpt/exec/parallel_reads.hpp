@@ -110,8 +110,11 @@ CKPT_API void ReadQueue::run() {
       return;
     }
   }
-  // Biggest first; the parts of a leaf keep their order (sequential in the file).
-  std::stable_sort(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); });
+  // Biggest first; the parts of a leaf keep their order (sequential in the file). A
+  // list of leaves of one size is in that order already: checked first, since sorting
+  // 20,000 jobs took half a millisecond.
+  const auto bigger = [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); };
+  if (!std::is_sorted(jobs_.begin(), jobs_.end(), bigger)) std::stable_sort(jobs_.begin(), jobs_.end(), bigger);
   group_small_leaves();
   // Threads pay off only for sizeable restores.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

@@ -344,6 +344,72 @@ inline void decode_boxes(detail::mp::Cursor& c, IndexEntry& e) {
   }
 }
 
+// One leaf of the manifest's "leaves", decoded into e and checked; errors name it (lr).
+inline void decode_leaf(detail::mp::Cursor& c, detail::mp::Reader& lr, const IndexInfo& info, IndexEntry& e) {
+  detail::mp::MapFields l(c, keys::leaf);
+  {
+    auto& segments = l.at(keys::path);
+    std::vector<std::string> segs(segments.array("path"));
+    for (auto& seg : segs) seg = segments.str("path segment");
+    e.path = Path(std::move(segs));
+    l.read_past(keys::path);
+  }
+  // Every error after this point names the leaf, whatever field of it is wrong.
+  lr.name_leaf(e.path);
+  c.use(lr);
+  auto fail = [&](const std::string& what) -> void { lr.fail(what); };
+  const std::string_view dt = l.at(keys::dtype).str("dtype");
+  l.read_past(keys::dtype);
+  const auto d = dtype_from_name(dt);
+  if (!d) fail("unknown dtype " + quote_for_message(std::string(dt)));
+  e.type = *d;
+  {
+    auto& dims = l.at(keys::shape);
+    const std::uint32_t rank = dims.array("shape");
+    e.shape.reserve(std::min<std::size_t>(rank, dims.left()));
+    for (std::uint32_t k = 0; k < rank; ++k) e.shape.push_back(dims.i64("shape"));
+    l.read_past(keys::shape);
+  }
+  const std::int64_t elements = element_count(e.shape);
+  if (elements < 0) fail("shape " + shape_str(e.shape) + " is invalid");
+  e.offset = l.at(keys::offset).u64("offset");
+  l.read_past(keys::offset);
+  e.length = l.at(keys::length).u64("length");
+  l.read_past(keys::length);
+  e.checksum = l.at(keys::xxh3).u64("xxh3");
+  l.read_past(keys::xxh3);
+  if (is_numeric(e.type)) {
+    if (static_cast<std::uint64_t>(elements) > e.length / dtype_size(e.type) + 1 ||
+        static_cast<std::uint64_t>(elements) * dtype_size(e.type) != e.length)
+      fail("shape " + shape_str(e.shape) + " of " + std::string(dt) + " needs " + std::to_string(elements) +
+           " elements but " + std::to_string(e.length) + " bytes are recorded");
+  } else if (e.type == dtype::none && e.length != 0) {
+    fail("an empty node has bytes");
+  } else if (e.type == dtype::string && !e.shape.empty()) {
+    fail("string leaves must be scalars");
+  }
+  if (auto* boxes = l.find(keys::boxes)) {
+    decode_boxes(*boxes, e);
+    l.finish();
+    return;
+  }
+  decode_storage(l, e);
+  if (auto* ch = l.find(keys::chunk_xxh3)) {  // version 2: per-chunk checksums
+    if (info.format_version < 2) fail("chunk_xxh3 in a version 1 manifest");
+    if (e.file.empty()) fail("an inline leaf has chunk checksums");
+    const std::string_view bin = ch->string_if(false, true);
+    e.chunk_bytes = l.at(keys::chunk_bytes).u64("chunk_bytes");
+    if (e.chunk_bytes < 4096 || e.chunk_bytes > (std::uint64_t{1} << 30) || (e.chunk_bytes & (e.chunk_bytes - 1)))
+      fail("chunk_bytes " + std::to_string(e.chunk_bytes) + " is not a power of two in [4 KiB, 1 GiB]");
+    const std::uint64_t n = (e.length + e.chunk_bytes - 1) / e.chunk_bytes;
+    if (!bin.data() || bin.size() != n * 8)
+      fail("chunk_xxh3 must hold " + std::to_string(n) + " checksums for " + std::to_string(e.length) + " bytes");
+    e.chunk_xxh3 = le_u64s(std::as_bytes(std::span(bin)));
+    if (chunk_list_xxh3(e.chunk_xxh3) != e.checksum) fail("chunk checksums do not match the leaf's xxh3");
+  }
+  l.finish();
+}
+
 // Parses a manifest already checked against the commit marker; still validates every
 // field, since the marker only proves the manifest is the one the writer wrote. Read
 // with a Cursor, straight from the bytes: the entries' inline bytes point into `bytes`,
@@ -375,71 +441,13 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
     }
   }
 
-  std::vector<IndexEntry> entries;
   const std::uint32_t count = root.at(keys::leaves).array("leaves");
+  std::vector<IndexEntry> entries;
   entries.reserve(count);
   detail::mp::Reader lr = r.at_path("");  // names each leaf in turn (name_leaf)
   for (std::uint32_t i = 0; i < count; ++i) {
     c.use(r);
-    detail::mp::MapFields l(c, keys::leaf);
-    IndexEntry e;
-    {
-      auto& segments = l.at(keys::path);
-      std::vector<std::string> segs(segments.array("path"));
-      for (auto& seg : segs) seg = segments.str("path segment");
-      e.path = Path(std::move(segs));
-    }
-    // Every error after this point names the leaf, whatever field of it is wrong.
-    lr.name_leaf(e.path);
-    c.use(lr);
-    auto fail = [&](const std::string& what) -> void { lr.fail(what); };
-    const std::string_view dt = l.at(keys::dtype).str("dtype");
-    const auto d = dtype_from_name(dt);
-    if (!d) fail("unknown dtype " + quote_for_message(std::string(dt)));
-    e.type = *d;
-    {
-      auto& dims = l.at(keys::shape);
-      const std::uint32_t rank = dims.array("shape");
-      e.shape.reserve(std::min<std::size_t>(rank, dims.left()));
-      for (std::uint32_t k = 0; k < rank; ++k) e.shape.push_back(dims.i64("shape"));
-    }
-    const std::int64_t elements = element_count(e.shape);
-    if (elements < 0) fail("shape " + shape_str(e.shape) + " is invalid");
-    e.offset = l.at(keys::offset).u64("offset");
-    e.length = l.at(keys::length).u64("length");
-    e.checksum = l.at(keys::xxh3).u64("xxh3");
-    if (is_numeric(e.type)) {
-      if (static_cast<std::uint64_t>(elements) > e.length / dtype_size(e.type) + 1 ||
-          static_cast<std::uint64_t>(elements) * dtype_size(e.type) != e.length)
-        fail("shape " + shape_str(e.shape) + " of " + std::string(dt) + " needs " + std::to_string(elements) +
-             " elements but " + std::to_string(e.length) + " bytes are recorded");
-    } else if (e.type == dtype::none && e.length != 0) {
-      fail("an empty node has bytes");
-    } else if (e.type == dtype::string && !e.shape.empty()) {
-      fail("string leaves must be scalars");
-    }
-    if (auto* boxes = l.find(keys::boxes)) {
-      decode_boxes(*boxes, e);
-      entries.push_back(std::move(e));
-      l.finish();
-      continue;
-    }
-    decode_storage(l, e);
-    if (auto* ch = l.find(keys::chunk_xxh3)) {  // version 2: per-chunk checksums
-      if (info.format_version < 2) fail("chunk_xxh3 in a version 1 manifest");
-      if (e.file.empty()) fail("an inline leaf has chunk checksums");
-      const std::string_view bin = ch->string_if(false, true);
-      e.chunk_bytes = l.at(keys::chunk_bytes).u64("chunk_bytes");
-      if (e.chunk_bytes < 4096 || e.chunk_bytes > (std::uint64_t{1} << 30) || (e.chunk_bytes & (e.chunk_bytes - 1)))
-        fail("chunk_bytes " + std::to_string(e.chunk_bytes) + " is not a power of two in [4 KiB, 1 GiB]");
-      const std::uint64_t n = (e.length + e.chunk_bytes - 1) / e.chunk_bytes;
-      if (!bin.data() || bin.size() != n * 8)
-        fail("chunk_xxh3 must hold " + std::to_string(n) + " checksums for " + std::to_string(e.length) + " bytes");
-      e.chunk_xxh3 = le_u64s(std::as_bytes(std::span(bin)));
-      if (chunk_list_xxh3(e.chunk_xxh3) != e.checksum) fail("chunk checksums do not match the leaf's xxh3");
-    }
-    entries.push_back(std::move(e));
-    l.finish();
+    decode_leaf(c, lr, info, entries.emplace_back());  // reserved: the leaf lr names stays put
   }
   root.read_past(keys::leaves);
   // Looked up after the leaves: writers put it before them, and an absent key is looked

@@ -73,9 +73,12 @@ class Reader final : public IndexReader {
       if (r.entry->file.empty()) read(index, *r.entry, r.dst, r.verify);
       else order.push_back(&r);
     }
-    std::sort(order.begin(), order.end(), [](const LeafRead* a, const LeafRead* b) {
+    // By place in the files; a group usually comes in that order (a restore walks its
+    // target in the writer's order), which is checked before sorting.
+    const auto before = [](const LeafRead* a, const LeafRead* b) {
       return std::tie(a->entry->file, a->entry->offset) < std::tie(b->entry->file, b->entry->offset);
-    });
+    };
+    if (!std::is_sorted(order.begin(), order.end(), before)) std::sort(order.begin(), order.end(), before);
     alignas(64) static thread_local std::byte padding[alignment];  // gaps are read here and dropped
     std::vector<iovec> iov;
     for (std::size_t i = 0; i < order.size();) {
@@ -231,9 +234,16 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
   IndexInfo info;
   std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
   const std::vector<const IndexEntry*> stored = stored_bytes(entries);
-  std::map<std::string, std::optional<std::uint64_t>> sizes;  // of each data object
-  for (const IndexEntry* e : stored)
-    if (!e->file.empty()) sizes[e->file];
+  // The size of each data object. Neighbouring leaves share their file: each looks up
+  // its file's slot only when its name differs from the one before (20,000 map lookups
+  // by string were half a millisecond of opening 20,000 leaves, twice).
+  std::map<std::string, std::optional<std::uint64_t>> sizes;
+  std::vector<std::optional<std::uint64_t>*> size_of(stored.size());
+  for (std::size_t i = 0; i < stored.size(); ++i) {
+    const std::string& file = stored[i]->file;
+    if (file.empty()) continue;
+    size_of[i] = i > 0 && size_of[i - 1] && stored[i - 1]->file == file ? size_of[i - 1] : &sizes[file];
+  }
 
   std::shared_ptr<const IndexReader> reader;
   if (local) {
@@ -271,10 +281,10 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
       if (e) std::rethrow_exception(e);
     reader = std::make_shared<ObjectReader>(loc);
   }
-  for (const IndexEntry* ep : stored) {
-    const IndexEntry& e = *ep;
+  for (std::size_t i = 0; i < stored.size(); ++i) {
+    const IndexEntry& e = *stored[i];
     if (e.file.empty()) continue;
-    const auto& size = sizes[e.file];
+    const auto& size = *size_of[i];
     if (!size) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing or unreadable");
     check_within_file(ckpt, e, *size);
   }
