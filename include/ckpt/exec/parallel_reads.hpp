@@ -145,16 +145,6 @@ CKPT_API void ReadQueue::run() {
               std::all_of(jobs_.begin(), jobs_.end(),
                           [&](const Job& j) { return j.index == only && (j.group_count || j.entry->boxes.empty()); }) &&
               only->reader()->cached_fraction() < stream_below_cached;
-  if (streamed_) {
-    error = read_as_stream(progress ? &*progress : nullptr);
-    jobs_.clear();
-    grouped_.clear();
-    bytes_ = 0;
-    leaves_ = 0;
-    if (error) std::rethrow_exception(error);
-    if (progress) progress->finish();
-    return;
-  }
   auto worker = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < jobs_.size();) {
       const Job& j = jobs_[i];
@@ -170,7 +160,9 @@ CKPT_API void ReadQueue::run() {
       }
     }
   };
-  if (threads <= 1) {
+  if (streamed_) {
+    error = read_as_stream(progress ? &*progress : nullptr);
+  } else if (threads <= 1) {
     worker();
   } else {
     std::vector<std::jthread> pool;
