@@ -190,8 +190,14 @@ concept leaf = requires { leaf_codec<U>::rank; };
 #if CKPT_DEFINE_API
 CKPT_API std::string shape_str(const Shape& s) {
   std::string r = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
+  // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict, a false positive) on
+  // `"," + std::to_string(...)`, which would break -Werror builds that include this.
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i) r += ',';
+    r += std::to_string(s[i]);
+  }
+  r += ']';
+  return r;
 }
 
 CKPT_API std::vector<std::byte> LeafSource::read_all() const {
