@@ -1,6 +1,7 @@
 // The restore API: restore<T>, restore_into, subtrees, partial targets, missing
 // leaves, shape and dtype checks, restore_tree and metadata.
 #include "support.hpp"
+#include <ckpt/detail/sort_runs.hpp>
 
 namespace restore_test {
 
@@ -253,6 +254,40 @@ TEST_CASE("the index keeps paths in path order: list items by number, then names
   CHECK(back.items == m.items);
   CHECK(back.by_name == m.by_name);
   CHECK(back.head == m.head);
+}
+
+TEST_CASE("the sort a restore uses for nearly sorted leaves is stable and says when they were strictly in order") {
+  // (key, position): equal keys must keep their positions' order, as std::stable_sort does.
+  using Item = std::pair<int, int>;
+  const auto by_key = [](const Item& a, const Item& b) { return a.first < b.first; };
+  std::mt19937 rng(11);
+  for (int runs : {1, 2, 3, 16, 17, 200}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      // `runs` ascending runs of random length, keys drawn from a small range (ties).
+      std::vector<Item> v;
+      for (int r = 0; r < runs; ++r) {
+        std::vector<int> keys(1 + rng() % 50);
+        for (int& k : keys) k = static_cast<int>(rng() % 40);
+        std::sort(keys.begin(), keys.end());
+        for (int k : keys) v.push_back({k, static_cast<int>(v.size())});
+      }
+      std::vector<Item> want = v;
+      std::stable_sort(want.begin(), want.end(), by_key);
+      bool strict = true;
+      for (std::size_t k = 1; k < v.size(); ++k) strict = strict && v[k - 1].first < v[k].first;
+      CHECK(ckpt::detail::stable_sort_runs(v.begin(), v.end(), by_key) == strict);
+      CHECK(v == want);
+    }
+  }
+  // A scalar before a list, as a restore's leaves come: two runs.
+  std::vector<Item> leaves{{9, 0}};
+  for (int i = 0; i < 1000; ++i) leaves.push_back({i, i + 1});
+  CHECK_FALSE(ckpt::detail::stable_sort_runs(leaves.begin(), leaves.end(), by_key));
+  CHECK(std::is_sorted(leaves.begin(), leaves.end(), by_key));
+  CHECK(leaves[10] == Item{9, 10});
+  CHECK(leaves[9] == Item{9, 0});  // the scalar's key equals item 9's: it came first
+  std::vector<Item> none;
+  CHECK(ckpt::detail::stable_sort_runs(none.begin(), none.end(), by_key));
 }
 
 TEST_CASE("metadata reads no data: a corrupted data file shows only when a leaf is read") {

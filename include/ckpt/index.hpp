@@ -24,6 +24,8 @@
 #if CKPT_DEFINE_API
 #include <algorithm>
 #include <cstring>
+
+#include <ckpt/detail/sort_runs.hpp>
 #endif
 
 namespace ckpt {
@@ -279,14 +281,12 @@ CKPT_API Index::Index(std::string checkpoint, IndexInfo info, std::vector<IndexE
     throw CorruptCheckpointError(checkpoint_, "", "more than 2^32 leaves");
   sorted_.resize(entries_.size());
   for (std::size_t i = 0; i < sorted_.size(); ++i) sorted_[i] = static_cast<std::uint32_t>(i);
-  // A list of 20,000 leaves comes in path order already: one pass instead of a sort
-  // that took a millisecond. Strictly increasing also means no path appears twice.
-  bool in_order = true;
-  for (std::size_t k = 1; k < sorted_.size() && in_order; ++k) in_order = path_less(segments(k - 1), segments(k));
-  // stable: of two equal paths the first is reported, as the order in the file has it
-  if (!in_order)
-    std::stable_sort(sorted_.begin(), sorted_.end(),
-                     [&](std::uint32_t a, std::uint32_t b) { return path_less(segments(a), segments(b)); });
+  // A list of 20,000 leaves comes in path order already, perhaps after a scalar or two
+  // ("step" before "leaves.0"): merging those runs takes one pass where a sort took a
+  // millisecond or two. Strictly increasing also means no path appears twice. Stable:
+  // of two equal paths the first is reported, as the order in the file has it.
+  const bool in_order = detail::stable_sort_runs(
+      sorted_.begin(), sorted_.end(), [&](std::uint32_t a, std::uint32_t b) { return path_less(segments(a), segments(b)); });
   for (std::size_t k = 1; k < sorted_.size(); ++k) {
     const auto& a = segments(sorted_[k - 1]);
     const auto& b = segments(sorted_[k]);

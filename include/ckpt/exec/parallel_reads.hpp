@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/detail/sort_runs.hpp>
 #include <ckpt/exec/progress_tracker.hpp>
 #include <ckpt/index.hpp>
 
@@ -121,10 +122,9 @@ CKPT_API void ReadQueue::run() {
     }
   }
   // Biggest first; the parts of a leaf keep their order (sequential in the file). A
-  // list of leaves of one size is in that order already: checked first, since sorting
-  // 20,000 jobs took half a millisecond.
-  const auto bigger = [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); };
-  if (!std::is_sorted(jobs_.begin(), jobs_.end(), bigger)) std::stable_sort(jobs_.begin(), jobs_.end(), bigger);
+  // list of leaves of one size is in that order already, or after a scalar or two:
+  // merged in a pass, since sorting 20,000 jobs took half a millisecond.
+  detail::stable_sort_runs(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); });
   group_small_leaves();
   // Threads pay off only for sizeable restores.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
