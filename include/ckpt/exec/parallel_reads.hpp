@@ -271,9 +271,11 @@ CKPT_API void ReadQueue::group_small_leaves() {
     return !x.part && x.dst.size() <= group_leaf_bytes && x.entry->boxes.empty() && x.entry->chunk_xxh3.empty() &&
            x.dst.size() == x.entry->length;
   };
-  std::vector<Job> out;
-  out.reserve(jobs_.size());
+  // In place: a job written at `out` stands for at least one of the jobs before `i`, so
+  // it never overwrites one not yet looked at (a second vector of 20,000 jobs was 1.6
+  // MB of fresh pages, which cost a restore in a fresh process a few milliseconds).
   grouped_.reserve(jobs_.size());
+  std::size_t out = 0;
   for (std::size_t i = 0; i < jobs_.size();) {
     std::size_t k = i;
     std::size_t bytes = 0;
@@ -281,7 +283,7 @@ CKPT_API void ReadQueue::group_small_leaves() {
            groupable(jobs_[k]))
       bytes += jobs_[k++].dst.size();
     if (k - i < 2) {  // a large leaf, or a lone small one: as it is
-      out.push_back(jobs_[i]);
+      jobs_[out++] = jobs_[i];
       i = std::max(k, i + 1);
       continue;
     }
@@ -291,9 +293,9 @@ CKPT_API void ReadQueue::group_small_leaves() {
     g.group_count = k - i;
     g.group_bytes = bytes;
     for (; i < k; ++i) grouped_.push_back({jobs_[i].entry, jobs_[i].dst, jobs_[i].verify});
-    out.push_back(g);
+    jobs_[out++] = g;
   }
-  jobs_ = std::move(out);
+  jobs_.resize(out);
 }
 #endif
 
