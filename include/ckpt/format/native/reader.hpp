@@ -9,15 +9,15 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>  // IOV_MAX
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -65,15 +65,25 @@ class Reader final : public IndexReader {
   }
 
   // Small leaves lie back to back in a data file (each at a 4 KiB boundary, in snapshot
-  // order): a run of neighbours is read with one preadv, the padding between them into
-  // a scratch page, then each leaf is verified on its own. 20,000 leaves of 4 KiB: ~160
-  // calls instead of 20,000, whose per-call cost (the page-cache lookup, the syscall)
-  // was as large as the copying.
+  // order): a run of neighbours is read with one pread into a scratch buffer of
+  // bounce_bytes, padding and all, and each leaf is verified there and copied out.
+  // 20,000 leaves of 4 KiB: ~650 calls instead of 20,000, whose per-call cost (the
+  // page-cache lookup, the syscall) was as large as the copying.
+  //
+  // Why a copy through a buffer, not a preadv straight into the targets: on this
+  // project's VMs, the kernel's first write into a page the program has touched but the
+  // kernel has not costs about 7 us (the hypervisor's, not a fault the guest counts),
+  // so a preadv into 20,000 freshly allocated 4 KiB vectors took 140 ms where reading
+  // into a reused buffer and copying took 13 ms (docs/benchmarks.md, 2026-12-02). A
+  // buffer the size of a core's L2 costs one copy from cache where there is no such toll.
+  // The reader keeps its buffers (one a thread at most) for its life, so each restore
+  // pays that toll on a few pages only.
+  static constexpr std::size_t bounce_bytes = std::size_t{256} << 10;
   void read_group(const Index& index, std::span<const LeafRead> reads) const override {
     std::vector<const LeafRead*> order;
     order.reserve(reads.size());
     for (const LeafRead& r : reads) {
-      if (r.entry->file.empty()) read(index, *r.entry, r.dst, r.verify);
+      if (r.entry->file.empty() || r.dst.size() > bounce_bytes) read(index, *r.entry, r.dst, r.verify);
       else order.push_back(&r);
     }
     // By place in the files; a group usually comes in that order (a restore walks its
@@ -82,24 +92,24 @@ class Reader final : public IndexReader {
       return std::tie(a->entry->file, a->entry->offset) < std::tie(b->entry->file, b->entry->offset);
     };
     if (!std::is_sorted(order.begin(), order.end(), before)) std::sort(order.begin(), order.end(), before);
-    alignas(64) static thread_local std::byte padding[alignment];  // gaps are read here and dropped
-    std::vector<iovec> iov;
+    const BounceBuffer bounce(*this);
     for (std::size_t i = 0; i < order.size();) {
       const IndexEntry& first = *order[i]->entry;
-      std::uint64_t end = first.offset;
-      iov.clear();
-      std::size_t k = i;
-      // A run: the same file, each leaf starting at most one padding page after the last.
-      for (; k < order.size() && iov.size() + 2 <= IOV_MAX; ++k) {
+      std::uint64_t end = first.offset + first.length;
+      std::size_t k = i + 1;
+      // A run that fits the buffer: the same file, each leaf starting at most one
+      // padding page after the last.
+      for (; k < order.size(); ++k) {
         const IndexEntry& e = *order[k]->entry;
-        if (e.file != first.file || e.offset < end || e.offset - end > alignment) break;
-        if (e.offset > end) iov.push_back({padding, static_cast<std::size_t>(e.offset - end)});
-        iov.push_back({order[k]->dst.data(), order[k]->dst.size()});
+        if (e.file != first.file || e.offset < end || e.offset - end > alignment ||
+            e.offset + e.length - first.offset > bounce_bytes)
+          break;
         end = e.offset + e.length;
       }
       const auto& [f, name] = files_.at(first.file);
+      const std::span<std::byte> run(bounce.bytes.get(), static_cast<std::size_t>(end - first.offset));
       try {
-        io::preadv_exact(f, iov, first.offset, name);
+        io::pread_exact(f, run, first.offset, name);
       } catch (const Error&) {
         // A short file or an I/O error somewhere in the run: read its leaves one by one,
         // so that the error names the leaf at fault, not the run's first (each read
@@ -107,8 +117,12 @@ class Reader final : public IndexReader {
         for (; i < k; ++i) read(index, *order[i]->entry, order[i]->dst, order[i]->verify);
         continue;
       }
-      for (; i < k; ++i)
-        if (order[i]->verify && io::xxh3(order[i]->dst) != order[i]->entry->checksum) fail_checksum(index, *order[i]->entry);
+      for (; i < k; ++i) {
+        const IndexEntry& e = *order[i]->entry;
+        const auto bytes = run.subspan(static_cast<std::size_t>(e.offset - first.offset), order[i]->dst.size());
+        if (order[i]->verify && io::xxh3(bytes) != e.checksum) fail_checksum(index, e);
+        std::memcpy(order[i]->dst.data(), bytes.data(), bytes.size());
+      }
     }
   }
 
@@ -213,6 +227,31 @@ class Reader final : public IndexReader {
     fs::path name;
   };
   std::map<std::string, DataFile> files_;
+  // read_group's buffers: taken by a call, given back when it ends (not when it throws).
+  struct BounceBuffer {
+    explicit BounceBuffer(const Reader& r) : reader(r) {
+      {
+        const std::lock_guard lock(r.bounce_mutex_);
+        if (!r.bounces_.empty()) {
+          bytes = std::move(r.bounces_.back());
+          r.bounces_.pop_back();
+          return;
+        }
+      }
+      bytes = std::make_unique_for_overwrite<std::byte[]>(bounce_bytes);
+    }
+    BounceBuffer(const BounceBuffer&) = delete;
+    BounceBuffer& operator=(const BounceBuffer&) = delete;
+    ~BounceBuffer() {
+      if (std::uncaught_exceptions()) return;
+      const std::lock_guard lock(reader.bounce_mutex_);
+      reader.bounces_.push_back(std::move(bytes));
+    }
+    const Reader& reader;
+    std::unique_ptr<std::byte[]> bytes = nullptr;
+  };
+  mutable std::mutex bounce_mutex_;
+  mutable std::vector<std::unique_ptr<std::byte[]>> bounces_;
 };
 
 inline bool detect(const fs::path& dir) {
