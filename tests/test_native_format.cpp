@@ -283,6 +283,20 @@ TEST_CASE("files not in the page cache are read as one stream and verified behin
   flip("small.123", 17);  // flipped back
   flip("big", (std::uint64_t{13} << 20) + 5);  // in the second part, chunk 13
   fails_naming("big", "checksum mismatch in bytes [13631488, +1048576)");
+
+  // The verifier behind the stream checks a part from its first chunk on (LeafVerifier
+  // with a start): chunk 12 alone passes, 12 and 13 fail at 13; a start inside a chunk
+  // is refused.
+  const auto index = ckpt::open_index(dir);
+  const ckpt::IndexEntry& big = *index->find(ckpt::Path({"big"}));
+  REQUIRE(big.chunk_bytes == (std::uint64_t{1} << 20));
+  std::vector<std::byte> chunks(2 * big.chunk_bytes);
+  index->reader()->read_range(*index, big, 12 * big.chunk_bytes, chunks);
+  ckpt::LeafVerifier(*index, big, 12 * big.chunk_bytes).update(std::span(chunks).first(big.chunk_bytes));
+  CHECK_THROWS_WITH_AS(ckpt::LeafVerifier(*index, big, 12 * big.chunk_bytes).update(chunks),
+                       doctest::Contains("checksum mismatch in bytes [13631488, +1048576)"), ckpt::CorruptCheckpointError);
+  CHECK_THROWS_WITH_AS(ckpt::LeafVerifier(*index, big, 12 * big.chunk_bytes + 5),
+                       doctest::Contains("starts none of its checksummed chunks"), ckpt::Error);
 }
 
 TEST_CASE("a checkpoint is a directory of exactly manifest, commit and data files") {

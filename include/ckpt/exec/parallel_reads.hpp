@@ -191,22 +191,10 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
   const std::size_t stopped = jobs_.size() + 1;
   std::atomic<bool> stop{false};  // set by the verifier when a leaf fails (or progress cancels)
   std::exception_ptr read_error, verify_error;
-  const auto fail = [&](const IndexEntry& e, const std::string& what) {
-    throw CorruptCheckpointError(index.checkpoint(), e.path.str(), what);
-  };
-  // The checks the reader would have made while reading, made on the bytes in memory.
+  // The checks the reader would have made while reading, made on the bytes in memory
+  // (the same checksums, the same errors naming the leaf).
   const auto verify_leaf = [&](const IndexEntry& e, std::span<const std::byte> bytes, std::uint64_t at) {
-    if (e.chunk_xxh3.empty()) {
-      if (io::xxh3(bytes) != e.checksum) fail(e, "checksum mismatch: the leaf's bytes were altered or torn");
-      return;
-    }
-    for (std::size_t done = 0; done < bytes.size(); done += e.chunk_bytes) {
-      const auto chunk = bytes.subspan(done, std::min<std::size_t>(e.chunk_bytes, bytes.size() - done));
-      const std::uint64_t k = (at + done) / e.chunk_bytes;
-      if (io::xxh3(chunk) != e.chunk_xxh3[k])
-        fail(e, "checksum mismatch in bytes [" + std::to_string(k * e.chunk_bytes) + ", +" + std::to_string(chunk.size()) +
-                    "): the leaf's bytes were altered or torn");
-    }
+    LeafVerifier(index, e, at).update(bytes);
   };
   {
     std::jthread verifier([&] {

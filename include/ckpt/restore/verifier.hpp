@@ -25,7 +25,9 @@ struct IndexEntry;
 // entry's chunk checksums (format v2) as each chunk completes, or its xxh3 at the end.
 class LeafVerifier {
  public:
-  LeafVerifier(const Index& index, const IndexEntry& e) : index_(index), e_(e) {}
+  // From byte `start` of the leaf on: 0, or the start of a chunk of a leaf with chunk
+  // checksums (a part of the leaf, read on its own). Else throws ckpt::Error.
+  LeafVerifier(const Index& index, const IndexEntry& e, std::uint64_t start = 0);
   // The next bytes of the leaf, in order; throws CorruptCheckpointError at the first
   // chunk (or, unchunked, the last byte) whose checksum does not match.
   void update(std::span<const std::byte> bytes);
@@ -50,15 +52,38 @@ inline void LeafVerifier::fail(const std::string& where) const {
                                "checksum mismatch" + where + ": the leaf's bytes were altered or torn");
 }
 
+inline LeafVerifier::LeafVerifier(const Index& index, const IndexEntry& e, std::uint64_t start) : index_(index), e_(e) {
+  if (start == 0) return;
+  if (e.chunk_xxh3.empty() || e.chunk_bytes == 0 || start % e.chunk_bytes != 0 || start > e.length)
+    throw Error(index.checkpoint(), e.path.str(),
+                "checking the leaf from byte " + std::to_string(start) + ", which starts none of its checksummed chunks");
+  seen_ = start;
+  chunk_ = static_cast<std::size_t>(start / e.chunk_bytes);
+}
+
 inline void LeafVerifier::update(std::span<const std::byte> bytes) {
   if (bytes.size() > e_.length - seen_) fail(" (more bytes than the leaf holds)");
   if (e_.chunk_xxh3.empty() || e_.chunk_bytes == 0) {
+    if (seen_ == 0 && bytes.size() == e_.length) {  // the whole leaf at once: no streaming state
+      seen_ = e_.length;
+      if (io::xxh3(bytes) != e_.checksum) fail("");
+      return;
+    }
     hash_.update(bytes);
     seen_ += bytes.size();
     if (seen_ == e_.length && hash_.digest() != e_.checksum) fail("");
     return;
   }
   while (!bytes.empty()) {
+    const auto whole = static_cast<std::size_t>(std::min<std::uint64_t>(e_.chunk_bytes, e_.length - seen_));
+    if (chunk_fill_ == 0 && bytes.size() >= whole) {  // a whole chunk at once: no streaming state
+      if (chunk_ >= e_.chunk_xxh3.size() || io::xxh3(bytes.first(whole)) != e_.chunk_xxh3[chunk_])
+        fail(" in bytes [" + std::to_string(seen_) + ", +" + std::to_string(whole) + ")");
+      bytes = bytes.subspan(whole);
+      seen_ += whole;
+      ++chunk_;
+      continue;
+    }
     const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(bytes.size(), e_.chunk_bytes - chunk_fill_));
     hash_.update(bytes.first(take));
     bytes = bytes.subspan(take);
