@@ -6540,7 +6540,7 @@ class Reader final : public IndexReader {
   // Small leaves lie back to back in a data file (each at a 4 KiB boundary, in snapshot
   // order): a run of neighbours is read with one pread into a scratch buffer of
   // bounce_bytes, padding and all, and each leaf is verified there and copied out.
-  // 20,000 leaves of 4 KiB: ~650 calls instead of 20,000, whose per-call cost (the
+  // 20,000 leaves of 4 KiB: ~320 calls instead of 20,000, whose per-call cost (the
   // page-cache lookup, the syscall) was as large as the copying.
   //
   // Why a copy through a buffer, not a preadv straight into the targets: on this
