@@ -5818,29 +5818,6 @@ inline void pread_exact(const File& f, std::span<std::byte> dst, std::uint64_t o
   }
 }
 
-// Fills every buffer of iov, in order, from the bytes at offset on, in as few system
-// calls as the kernel allows (many small neighbouring leaves: one call, not one each).
-// A short file is an error, as for pread_exact. The iovecs are used up.
-inline void preadv_exact(const File& f, std::span<iovec> iov, std::uint64_t offset, const fs::path& name) {
-  std::uint64_t total = 0;
-  for (const iovec& v : iov) total += v.iov_len;
-  const std::uint64_t end = offset + total;
-  std::size_t first = advance_iov(iov, 0, 0);
-  while (first < iov.size()) {
-    const int count = static_cast<int>(std::min<std::size_t>(iov.size() - first, IOV_MAX));
-    const ssize_t n = ::preadv(f.fd(), iov.data() + first, count, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno("read failed", name);
-    }
-    if (n == 0)
-      throw CorruptCheckpointError(name.string(), "", "file ends at byte " + std::to_string(offset) + ", before the " +
-                                                          std::to_string(end) + " bytes expected (truncated?)");
-    offset += static_cast<std::uint64_t>(n);
-    first = advance_iov(iov, first, static_cast<std::size_t>(n));
-  }
-}
-
 // Reads a whole small file, refusing one larger than max_bytes (and, unless
 // follow_symlink, a symbolic link: see File::open_read).
 inline std::vector<std::byte> read_file(const fs::path& p, std::uint64_t max_bytes, bool follow_symlink = false) {
