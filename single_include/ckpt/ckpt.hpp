@@ -2577,8 +2577,8 @@ class IndexReader {
   // Reads several whole leaves stored in one piece each (no boxes, no per-chunk
   // checksums; every dst.size() == entry->length), verifying each when asked. A reader
   // that fetches neighbouring leaves with one call overrides it (the native format: one
-  // preadv for a run of adjacent small leaves in a data file, instead of one pread
-  // each); the default reads them one by one, through Index::read so that an error
+  // pread of a run of adjacent small leaves into a buffer, instead of one pread each);
+  // the default reads them one by one, through Index::read so that an error
   // names the leaf it was reading (defined after Index).
   virtual void read_group(const Index& index, std::span<const LeafRead> reads) const;
   // Reads the box at `origin` of `shape` of e (a whole stored array, not boxes) into dst
@@ -5175,7 +5175,7 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
 // handed to the storage at once (get_many), checksums checked on every core.
 //
 // format/native/reader.hpp opens a checkpoint on any storage and picks this reader, or,
-// for a local directory, the file-descriptor one (io_uring, preadv).
+// for a local directory, the file-descriptor one (pread, io_uring).
 
 #include <algorithm>
 #include <atomic>

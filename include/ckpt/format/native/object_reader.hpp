@@ -3,7 +3,7 @@
 // handed to the storage at once (get_many), checksums checked on every core.
 //
 // format/native/reader.hpp opens a checkpoint on any storage and picks this reader, or,
-// for a local directory, the file-descriptor one (io_uring, preadv).
+// for a local directory, the file-descriptor one (pread, io_uring).
 #pragma once
 
 #include <algorithm>
