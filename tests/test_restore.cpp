@@ -1,7 +1,6 @@
 // The restore API: restore<T>, restore_into, subtrees, partial targets, missing
 // leaves, shape and dtype checks, restore_tree and metadata.
 #include "support.hpp"
-#include <ckpt/detail/sort_runs.hpp>
 
 namespace restore_test {
 
