@@ -2737,6 +2737,7 @@ class LeafVerifier {
 
  private:
   [[noreturn]] void fail(const std::string& where) const;
+  void check_chunk(std::uint64_t digest, std::uint64_t size);
   const Index& index_;
   const IndexEntry& e_;
   std::uint64_t seen_ = 0, chunk_fill_ = 0;
@@ -2779,11 +2780,9 @@ inline void LeafVerifier::update(std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
     const auto whole = static_cast<std::size_t>(std::min<std::uint64_t>(e_.chunk_bytes, e_.length - seen_));
     if (chunk_fill_ == 0 && bytes.size() >= whole) {  // a whole chunk at once: no streaming state
-      if (chunk_ >= e_.chunk_xxh3.size() || io::xxh3(bytes.first(whole)) != e_.chunk_xxh3[chunk_])
-        fail(" in bytes [" + std::to_string(seen_) + ", +" + std::to_string(whole) + ")");
-      bytes = bytes.subspan(whole);
       seen_ += whole;
-      ++chunk_;
+      check_chunk(io::xxh3(bytes.first(whole)), whole);
+      bytes = bytes.subspan(whole);
       continue;
     }
     const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(bytes.size(), e_.chunk_bytes - chunk_fill_));
@@ -2792,13 +2791,18 @@ inline void LeafVerifier::update(std::span<const std::byte> bytes) {
     seen_ += take;
     chunk_fill_ += take;
     if (chunk_fill_ == e_.chunk_bytes || seen_ == e_.length) {
-      if (chunk_ >= e_.chunk_xxh3.size() || hash_.digest() != e_.chunk_xxh3[chunk_])
-        fail(" in bytes [" + std::to_string(seen_ - chunk_fill_) + ", +" + std::to_string(chunk_fill_) + ")");
-      ++chunk_;
+      check_chunk(hash_.digest(), chunk_fill_);
       chunk_fill_ = 0;
       hash_ = io::Xxh3Stream{};
     }
   }
+}
+
+// The chunk that ends at seen_, size bytes long, hashed to digest: the next one is due.
+inline void LeafVerifier::check_chunk(std::uint64_t digest, std::uint64_t size) {
+  if (chunk_ >= e_.chunk_xxh3.size() || digest != e_.chunk_xxh3[chunk_])
+    fail(" in bytes [" + std::to_string(seen_ - size) + ", +" + std::to_string(size) + ")");
+  ++chunk_;
 }
 
 }  // namespace ckpt
@@ -6677,7 +6681,7 @@ class Reader final : public IndexReader {
     fs::path name;
   };
   std::map<std::string, DataFile> files_;
-  // read_group's buffers: taken by a call, given back when it ends (not when it throws).
+  // read_group's buffers: taken by a call, given back when it ends.
   struct BounceBuffer {
     explicit BounceBuffer(const Reader& r) : reader(r) {
       {
@@ -6693,7 +6697,6 @@ class Reader final : public IndexReader {
     BounceBuffer(const BounceBuffer&) = delete;
     BounceBuffer& operator=(const BounceBuffer&) = delete;
     ~BounceBuffer() {
-      if (std::uncaught_exceptions()) return;
       const std::lock_guard lock(reader.bounce_mutex_);
       reader.bounces_.push_back(std::move(bytes));
     }
@@ -7793,7 +7796,7 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
     const IndexEntry& e = j.group_count ? *grouped_[j.group_first].entry : *j.entry;
     return std::tuple(std::string_view(e.file), e.offset + j.offset);
   };
-  std::stable_sort(jobs_.begin(), jobs_.end(), [&](const Job& a, const Job& b) { return where(a) < where(b); });
+  detail::stable_sort_runs(jobs_.begin(), jobs_.end(), [&](const Job& a, const Job& b) { return where(a) < where(b); });
   const Index& index = *jobs_[0].index;
   // Jobs read so far, which the verifier waits on; `stopped` once the reader gave up
   // (a failed read, or the verifier's stop) with jobs left unread.
@@ -7801,11 +7804,6 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
   const std::size_t stopped = jobs_.size() + 1;
   std::atomic<bool> stop{false};  // set by the verifier when a leaf fails (or progress cancels)
   std::exception_ptr read_error, verify_error;
-  // The checks the reader would have made while reading, made on the bytes in memory
-  // (the same checksums, the same errors naming the leaf).
-  const auto verify_leaf = [&](const IndexEntry& e, std::span<const std::byte> bytes, std::uint64_t at) {
-    LeafVerifier(index, e, at).update(bytes);
-  };
   {
     std::jthread verifier([&] {
       try {
@@ -7816,12 +7814,14 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
             n = read.load(std::memory_order_acquire);
           }
           if (n == stopped) return;
+          // The checks the reader would have made while reading, made on the bytes in
+          // memory: the same checksums, the same errors naming the leaf.
           const Job& j = jobs_[i];
           if (j.group_count) {
             for (const LeafRead& r : std::span<const LeafRead>(grouped_).subspan(j.group_first, j.group_count))
-              if (r.verify) verify_leaf(*r.entry, r.dst, 0);
+              if (r.verify) LeafVerifier(index, *r.entry).update(r.dst);
           } else if (j.verify) {
-            verify_leaf(*j.entry, j.dst, j.offset);
+            LeafVerifier(index, *j.entry, j.offset).update(j.dst);
           }
           if (progress) progress->add(j.group_count ? j.group_bytes : j.dst.size(), j.group_count ? j.group_count : (j.last ? 1 : 0));
         }

@@ -183,7 +183,7 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
     const IndexEntry& e = j.group_count ? *grouped_[j.group_first].entry : *j.entry;
     return std::tuple(std::string_view(e.file), e.offset + j.offset);
   };
-  std::stable_sort(jobs_.begin(), jobs_.end(), [&](const Job& a, const Job& b) { return where(a) < where(b); });
+  detail::stable_sort_runs(jobs_.begin(), jobs_.end(), [&](const Job& a, const Job& b) { return where(a) < where(b); });
   const Index& index = *jobs_[0].index;
   // Jobs read so far, which the verifier waits on; `stopped` once the reader gave up
   // (a failed read, or the verifier's stop) with jobs left unread.
@@ -191,11 +191,6 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
   const std::size_t stopped = jobs_.size() + 1;
   std::atomic<bool> stop{false};  // set by the verifier when a leaf fails (or progress cancels)
   std::exception_ptr read_error, verify_error;
-  // The checks the reader would have made while reading, made on the bytes in memory
-  // (the same checksums, the same errors naming the leaf).
-  const auto verify_leaf = [&](const IndexEntry& e, std::span<const std::byte> bytes, std::uint64_t at) {
-    LeafVerifier(index, e, at).update(bytes);
-  };
   {
     std::jthread verifier([&] {
       try {
@@ -206,12 +201,14 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
             n = read.load(std::memory_order_acquire);
           }
           if (n == stopped) return;
+          // The checks the reader would have made while reading, made on the bytes in
+          // memory: the same checksums, the same errors naming the leaf.
           const Job& j = jobs_[i];
           if (j.group_count) {
             for (const LeafRead& r : std::span<const LeafRead>(grouped_).subspan(j.group_first, j.group_count))
-              if (r.verify) verify_leaf(*r.entry, r.dst, 0);
+              if (r.verify) LeafVerifier(index, *r.entry).update(r.dst);
           } else if (j.verify) {
-            verify_leaf(*j.entry, j.dst, j.offset);
+            LeafVerifier(index, *j.entry, j.offset).update(j.dst);
           }
           if (progress) progress->add(j.group_count ? j.group_bytes : j.dst.size(), j.group_count ? j.group_count : (j.last ? 1 : 0));
         }

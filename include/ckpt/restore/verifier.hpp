@@ -34,6 +34,7 @@ class LeafVerifier {
 
  private:
   [[noreturn]] void fail(const std::string& where) const;
+  void check_chunk(std::uint64_t digest, std::uint64_t size);
   const Index& index_;
   const IndexEntry& e_;
   std::uint64_t seen_ = 0, chunk_fill_ = 0;
@@ -77,11 +78,9 @@ inline void LeafVerifier::update(std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
     const auto whole = static_cast<std::size_t>(std::min<std::uint64_t>(e_.chunk_bytes, e_.length - seen_));
     if (chunk_fill_ == 0 && bytes.size() >= whole) {  // a whole chunk at once: no streaming state
-      if (chunk_ >= e_.chunk_xxh3.size() || io::xxh3(bytes.first(whole)) != e_.chunk_xxh3[chunk_])
-        fail(" in bytes [" + std::to_string(seen_) + ", +" + std::to_string(whole) + ")");
-      bytes = bytes.subspan(whole);
       seen_ += whole;
-      ++chunk_;
+      check_chunk(io::xxh3(bytes.first(whole)), whole);
+      bytes = bytes.subspan(whole);
       continue;
     }
     const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(bytes.size(), e_.chunk_bytes - chunk_fill_));
@@ -90,13 +89,18 @@ inline void LeafVerifier::update(std::span<const std::byte> bytes) {
     seen_ += take;
     chunk_fill_ += take;
     if (chunk_fill_ == e_.chunk_bytes || seen_ == e_.length) {
-      if (chunk_ >= e_.chunk_xxh3.size() || hash_.digest() != e_.chunk_xxh3[chunk_])
-        fail(" in bytes [" + std::to_string(seen_ - chunk_fill_) + ", +" + std::to_string(chunk_fill_) + ")");
-      ++chunk_;
+      check_chunk(hash_.digest(), chunk_fill_);
       chunk_fill_ = 0;
       hash_ = io::Xxh3Stream{};
     }
   }
+}
+
+// The chunk that ends at seen_, size bytes long, hashed to digest: the next one is due.
+inline void LeafVerifier::check_chunk(std::uint64_t digest, std::uint64_t size) {
+  if (chunk_ >= e_.chunk_xxh3.size() || digest != e_.chunk_xxh3[chunk_])
+    fail(" in bytes [" + std::to_string(seen_ - size) + ", +" + std::to_string(size) + ")");
+  ++chunk_;
 }
 
 }  // namespace ckpt

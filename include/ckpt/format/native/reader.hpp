@@ -227,7 +227,7 @@ class Reader final : public IndexReader {
     fs::path name;
   };
   std::map<std::string, DataFile> files_;
-  // read_group's buffers: taken by a call, given back when it ends (not when it throws).
+  // read_group's buffers: taken by a call, given back when it ends.
   struct BounceBuffer {
     explicit BounceBuffer(const Reader& r) : reader(r) {
       {
@@ -243,7 +243,6 @@ class Reader final : public IndexReader {
     BounceBuffer(const BounceBuffer&) = delete;
     BounceBuffer& operator=(const BounceBuffer&) = delete;
     ~BounceBuffer() {
-      if (std::uncaught_exceptions()) return;
       const std::lock_guard lock(reader.bounce_mutex_);
       reader.bounces_.push_back(std::move(bytes));
     }
