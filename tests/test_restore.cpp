@@ -255,6 +255,43 @@ TEST_CASE("the index keeps paths in path order: list items by number, then names
   CHECK(back.head == m.head);
 }
 
+TEST_CASE("a list restores only from items numbered 0..n-1, each once") {
+  test::TempDir tmp;
+  struct AsMap {
+    std::map<std::string, std::vector<float>> xs;
+  };
+  struct AsList {
+    std::vector<std::vector<float>> xs;  // a list of leaves (a vector<float> is one leaf)
+  };
+  // The same leaves as a map: its keys become the list's item names.
+  const auto restore_keys = [&](std::vector<std::string> keys) {
+    AsMap m;
+    for (std::size_t i = 0; i < keys.size(); ++i) m.xs[keys[i]] = {static_cast<float>(i)};
+    ckpt::save(tmp / "c", m, {.force = true});
+    return ckpt::restore<AsList>(tmp / "c").xs;
+  };
+  std::vector<std::string> twelve;
+  for (int i = 11; i >= 0; --i) twelve.push_back(std::to_string(i));
+  const auto back = restore_keys(twelve);  // saved in map order, read by number
+  REQUIRE(back.size() == 12);
+  for (int i = 0; i < 12; ++i) CHECK(back[static_cast<std::size_t>(i)] == std::vector<float>{static_cast<float>(11 - i)});
+  for (const auto& [keys, found] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"0", "2"}, "2"}, {{"1"}, "1"}, {{"0", "00"}, "00"}, {{"0", "01"}, "01"}, {{"0", "1", "x"}, "x"},
+           {{"999999999"}, "999999999"}, {{"-1", "0"}, "-1"}}) {
+    CAPTURE(found);
+    try {
+      (void)restore_keys(keys);
+      FAIL("restored a list from items " << found);
+    } catch (const ckpt::Error& e) {
+      CHECK(e.checkpoint() == (tmp / "c").string());
+      CHECK(e.path() == "xs");
+      CHECK_MESSAGE(std::string(e.what()).find("list items are not numbered 0.." + std::to_string(keys.size() - 1) +
+                                               " (found \"" + found + "\")") != std::string::npos,
+                    e.what());
+    }
+  }
+}
+
 TEST_CASE("the sort a restore uses for nearly sorted leaves is stable and says when they were strictly in order") {
   // (key, position): equal keys must keep their positions' order, as std::stable_sort does.
   using Item = std::pair<int, int>;

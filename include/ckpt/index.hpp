@@ -128,8 +128,11 @@ class IndexReader {
     for (const LeafRange& r : ranges) read_range(index, e, r.at, r.dst);
   }
   // A reader for which many leaves are cheaper fetched together than one by one (an
-  // object store: a few large ranged GETs instead of one request per leaf) reads them
-  // all here and returns true; false: read them one by one (the default).
+  // object store: a few large ranged GETs instead of one request per leaf) says so here
+  // and reads them all in read_batch, returning true; false: read them one by one (the
+  // default). Asked first, so that a restore builds the batch only for such readers: for
+  // 20,000 leaves it is 0.6 MB that a file's reader never looks at.
+  virtual bool reads_in_batches() const { return false; }
   virtual bool read_batch(const Index& index, std::span<const LeafRead> reads) const {
     (void)index, (void)reads;
     return false;
@@ -185,6 +188,20 @@ class Index {
   // The distinct segments that follow p, in path order (empty when p is a leaf):
   // list indices first, by value ("2" before "10"), then the other names byte by byte.
   std::vector<std::string> children(const Path& p) const;
+  // Calls fn(segment) for each of children(p) in turn, copying none; stops early when
+  // fn returns false. (A restore counts a list's 20,000 items this way.)
+  template <class Fn>
+  void for_each_child(const Path& p, Fn&& fn) const {
+    const auto& pre = p.segments();
+    const std::string* last = nullptr;
+    for (auto it = lower_bound(pre); it != sorted_.end() && starts_with(segments(*it), pre); ++it) {
+      if (segments(*it).size() == pre.size()) continue;
+      const std::string& seg = segments(*it)[pre.size()];
+      if (last && *last == seg) continue;
+      last = &seg;
+      if (!fn(seg)) return;
+    }
+  }
   // Reads a leaf's bytes into dst (dst.size() == e.length), verifying its checksum when asked.
   void read(const IndexEntry& e, std::span<std::byte> dst, bool verify = true) const;
   // Reads the box at `origin` of `shape` of a numeric leaf (its dtype, row-major) into
@@ -197,6 +214,7 @@ class Index {
   void check_box_checksums(const IndexEntry& e) const;
   const std::shared_ptr<const IndexReader>& reader() const noexcept { return reader_; }
   // All of them at once, when the reader reads in batches (IndexReader::read_batch); false otherwise.
+  bool reads_in_batches() const { return reader_->reads_in_batches(); }
   bool read_batch(std::span<const LeafRead> reads) const { return reader_->read_batch(*this, reads); }
   // Several small whole leaves at once (IndexReader::read_group); errors name the leaf.
   void read_group(std::span<const LeafRead> reads) const;
