@@ -4,8 +4,8 @@
 // into this memory"; then the queue runs, biggest leaves first, on up to one thread
 // per core. Each thread reads and verifies whole leaves, so reading (a kernel copy)
 // and checksumming (xxh3) of different leaves overlap instead of adding up. Small
-// leaves travel in groups: a thread takes a few hundred at a time, and the reader
-// fetches neighbouring ones with one call (IndexReader::read_group).
+// leaves travel in groups, in file order: a thread takes a few hundred at a time, and
+// the reader fetches neighbouring ones with one call (IndexReader::read_group).
 #pragma once
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include <span>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
@@ -33,17 +34,33 @@ class ReadQueue final : public DeferredReads {
   void push(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) override {
     bytes_ += dst.size();
     ++leaves_;
+    // A small leaf stored whole goes to its index's list of small reads, which run()
+    // cuts into groups: 32 bytes a leaf until then, where a job each was 80 bytes more,
+    // fresh memory that 20,000 leaves paid for (a few milliseconds on this VM).
+    if (dst.size() <= group_leaf_bytes && dst.size() == e.length && e.boxes.empty() && e.chunk_xxh3.empty()) {
+      if (small_.empty() || small_.back().index != &index) {
+        auto it = std::find_if(small_.begin(), small_.end(), [&](const SmallReads& s) { return s.index == &index; });
+        if (it == small_.end()) {
+          small_.push_back({&index, {}});
+          small_.back().reads.reserve(std::exchange(reserve_, 0));
+        } else {
+          std::rotate(it, it + 1, small_.end());  // the latest index last: the next push finds it at once
+        }
+      }
+      small_.back().reads.push_back({&e, dst, verify});
+      return;
+    }
     // A large leaf whose format checksums chunks is read as parts, on several threads
     // (issue 11); the last part counts the leaf as done.
     if (dst.size() == e.length && e.chunk_bytes && dst.size() >= 2 * min_part_bytes && index.reads_parts(e)) {
       const std::size_t part = part_size(dst.size(), e.chunk_bytes);
       for (std::size_t at = 0; at < dst.size(); at += part) {
         const std::size_t n = std::min(part, dst.size() - at);
-        jobs_.push_back({&index, &e, dst.subspan(at, n), verify, at, true, at + n == dst.size()});
+        jobs_.push_back({&index, &e, dst.subspan(at, n), at, {}, verify, true, at + n == dst.size()});
       }
       return;
     }
-    jobs_.push_back({&index, &e, dst, verify, 0, false, true});
+    jobs_.push_back({&index, &e, dst, 0, {}, verify, false, true});
   }
   // Parts of one leaf read by one job: the leaf split evenly over the threads, each
   // part a whole number of checksum chunks between these bounds. Parts are long
@@ -60,15 +77,15 @@ class ReadQueue final : public DeferredReads {
     return static_cast<std::size_t>(std::max<std::uint64_t>(even / chunk_bytes, 1) * chunk_bytes);
   }
 
-  // Leaves up to this size are read in groups of up to group_leaves leaves or
-  // group_bytes bytes: 20,000 leaves of 4 KiB then cost ~80 jobs, not 20,000.
+  // Leaves up to this size (stored whole) are read in groups of up to group_leaves
+  // leaves or group_bytes bytes: 20,000 leaves of 4 KiB then cost ~80 jobs, not 20,000.
   static constexpr std::size_t group_leaf_bytes = std::size_t{64} << 10;
   static constexpr std::size_t group_leaves = 256;
   static constexpr std::size_t group_bytes = std::size_t{2} << 20;
 
-  // Room for n reads (a restore knows its index's leaf count): 20,000 pushes then
-  // grow nothing, where each doubling copied every queued job to fresh pages.
-  void reserve(std::size_t n) { jobs_.reserve(n); }
+  // Room for n small reads (a restore knows its index's leaf count): 20,000 pushes then
+  // grow nothing, where each doubling copied every queued read to fresh pages.
+  void reserve(std::size_t n) { reserve_ = n; }
   // Runs every queued read; rethrows the first failure after all threads stop.
   void run();
   // Whether the last run() read its files as one sequential stream, verifying behind it
@@ -85,24 +102,34 @@ class ReadQueue final : public DeferredReads {
  private:
   struct Job {
     const Index* index;
-    const IndexEntry* entry;
+    const IndexEntry* entry;  // null for a group
     std::span<std::byte> dst;
-    bool verify;
     std::uint64_t offset;  // into the leaf, when part
+    // A group of small whole leaves (then entry is null and dst empty), read together
+    // (IndexReader::read_group).
+    std::span<const LeafRead> group;
+    bool verify;
     bool part;
     bool last;  // the leaf's last (or only) job
-    // A group of small leaves (group_count > 0): grouped_[group_first, +group_count),
-    // group_bytes in all; dst is then empty.
-    std::size_t group_first = 0;
-    std::size_t group_count = 0;
-    std::size_t group_bytes = 0;
+    std::size_t bytes() const {
+      std::size_t n = dst.size();
+      for (const LeafRead& r : group) n += r.dst.size();
+      return n;
+    }
+    std::size_t leaves_done() const { return group.empty() ? (last ? 1 : 0) : group.size(); }
+  };
+  // The small reads of one index, in the order they were pushed until run() sorts them.
+  struct SmallReads {
+    const Index* index;
+    std::vector<LeafRead> reads;
   };
   void group_small_leaves();
   // The jobs read as one stream (in file order) while a second thread verifies behind.
   std::exception_ptr read_as_stream(ProgressTracker* progress);
   std::vector<Job> jobs_;
+  std::vector<SmallReads> small_;
+  std::size_t reserve_ = 0;
   bool streamed_ = false;
-  std::vector<LeafRead> grouped_;
   std::size_t bytes_ = 0;
   std::size_t leaves_ = 0;
   ProgressFn progress_fn_;
@@ -112,18 +139,23 @@ class ReadQueue final : public DeferredReads {
 #if CKPT_DEFINE_API
 CKPT_API void ReadQueue::run() {
   // Readers that read in batches (object stores) take all of their index's reads at once.
-  if (!jobs_.empty() && std::all_of(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.index == jobs_[0].index; })) {
+  const Index* first = !jobs_.empty() ? jobs_[0].index : !small_.empty() ? small_[0].index : nullptr;
+  if (first && first->reads_in_batches() && (small_.empty() || (small_.size() == 1 && small_[0].index == first)) &&
+      std::all_of(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.index == first; })) {
     std::vector<LeafRead> batch;
+    batch.reserve(jobs_.size() + (small_.empty() ? 0 : small_[0].reads.size()));
     for (const Job& j : jobs_) batch.push_back({j.entry, j.dst, j.verify});
-    if (jobs_[0].index->read_batch(batch)) {
+    if (!small_.empty()) batch.insert(batch.end(), small_[0].reads.begin(), small_[0].reads.end());
+    if (first->read_batch(batch)) {
       jobs_.clear();
+      small_.clear();
       bytes_ = 0;
+      leaves_ = 0;
       return;
     }
   }
-  // Biggest first; the parts of a leaf keep their order (sequential in the file). A
-  // list of leaves of one size is in that order already, or after a scalar or two:
-  // merged in a pass, since sorting 20,000 jobs took half a millisecond.
+  // Biggest first; the parts of a leaf keep their order (sequential in the file). The
+  // groups of small leaves come after them.
   detail::stable_sort_runs(jobs_.begin(), jobs_.end(), [](const Job& a, const Job& b) { return a.dst.size() > b.dst.size(); });
   group_small_leaves();
   // Threads pay off only for sizeable restores.
@@ -143,16 +175,16 @@ CKPT_API void ReadQueue::run() {
   const Index* only = jobs_.empty() ? nullptr : jobs_[0].index;
   streamed_ = threads > 1 && only && only->reader()->has_xxh3() &&
               std::all_of(jobs_.begin(), jobs_.end(),
-                          [&](const Job& j) { return j.index == only && (j.group_count || j.entry->boxes.empty()); }) &&
+                          [&](const Job& j) { return j.index == only && (!j.group.empty() || j.entry->boxes.empty()); }) &&
               only->reader()->cached_fraction() < stream_below_cached;
   auto worker = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < jobs_.size();) {
       const Job& j = jobs_[i];
       try {
-        if (j.group_count) j.index->read_group(std::span<const LeafRead>(grouped_).subspan(j.group_first, j.group_count));
+        if (!j.group.empty()) j.index->read_group(j.group);
         else if (j.part) j.index->read_part(*j.entry, j.offset, j.dst, j.verify);
         else j.index->read(*j.entry, j.dst, j.verify);
-        if (progress) progress->add(j.group_count ? j.group_bytes : j.dst.size(), j.group_count ? j.group_count : (j.last ? 1 : 0));
+        if (progress) progress->add(j.bytes(), j.leaves_done());
       } catch (...) {
         const std::lock_guard lock(error_mutex);
         if (!error) error = std::current_exception();
@@ -170,7 +202,7 @@ CKPT_API void ReadQueue::run() {
     worker();
   }
   jobs_.clear();
-  grouped_.clear();
+  small_.clear();
   bytes_ = 0;
   leaves_ = 0;
   if (error) std::rethrow_exception(error);
@@ -180,7 +212,7 @@ CKPT_API void ReadQueue::run() {
 CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress) {
   // In file order: each data file front to back, what the kernel's readahead follows.
   const auto where = [&](const Job& j) {
-    const IndexEntry& e = j.group_count ? *grouped_[j.group_first].entry : *j.entry;
+    const IndexEntry& e = j.group.empty() ? *j.entry : *j.group.front().entry;
     return std::tuple(std::string_view(e.file), e.offset + j.offset);
   };
   detail::stable_sort_runs(jobs_.begin(), jobs_.end(), [&](const Job& a, const Job& b) { return where(a) < where(b); });
@@ -204,13 +236,13 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
           // The checks the reader would have made while reading, made on the bytes in
           // memory: the same checksums, the same errors naming the leaf.
           const Job& j = jobs_[i];
-          if (j.group_count) {
-            for (const LeafRead& r : std::span<const LeafRead>(grouped_).subspan(j.group_first, j.group_count))
+          if (!j.group.empty()) {
+            for (const LeafRead& r : j.group)
               if (r.verify) LeafVerifier(index, *r.entry).update(r.dst);
           } else if (j.verify) {
             LeafVerifier(index, *j.entry, j.offset).update(j.dst);
           }
-          if (progress) progress->add(j.group_count ? j.group_bytes : j.dst.size(), j.group_count ? j.group_count : (j.last ? 1 : 0));
+          if (progress) progress->add(j.bytes(), j.leaves_done());
         }
       } catch (...) {
         verify_error = std::current_exception();
@@ -222,9 +254,8 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
     try {
       for (; i < jobs_.size() && !stop.load(std::memory_order_acquire); ++i) {
         const Job& j = jobs_[i];
-        if (j.group_count) {
-          unverified.assign(grouped_.begin() + static_cast<std::ptrdiff_t>(j.group_first),
-                            grouped_.begin() + static_cast<std::ptrdiff_t>(j.group_first + j.group_count));
+        if (!j.group.empty()) {
+          unverified.assign(j.group.begin(), j.group.end());
           for (LeafRead& r : unverified) r.verify = false;
           index.read_group(unverified);
         } else if (j.part) {
@@ -248,39 +279,26 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
   return verify_error ? verify_error : read_error;
 }
 
-// Runs of small whole leaves of one index, next to each other in the (sorted) queue,
-// become one job each; what is not groupable (parts, boxes, chunk-checksummed leaves)
-// stays a job of its own.
+// Each index's small whole leaves, in file order, cut into groups that read_group reads
+// together; a group of one is a job of its own.
 CKPT_API void ReadQueue::group_small_leaves() {
-  auto groupable = [](const Job& x) {
-    return !x.part && x.dst.size() <= group_leaf_bytes && x.entry->boxes.empty() && x.entry->chunk_xxh3.empty() &&
-           x.dst.size() == x.entry->length;
-  };
-  // In place: a job written at `out` stands for at least one of the jobs before `i`, so
-  // it never overwrites one not yet looked at (a second vector of 20,000 jobs was 1.6
-  // MB of fresh pages, which cost a restore in a fresh process a few milliseconds).
-  grouped_.reserve(jobs_.size());
-  std::size_t out = 0;
-  for (std::size_t i = 0; i < jobs_.size();) {
-    std::size_t k = i;
-    std::size_t bytes = 0;
-    while (k < jobs_.size() && k - i < group_leaves && bytes < group_bytes && jobs_[k].index == jobs_[i].index &&
-           groupable(jobs_[k]))
-      bytes += jobs_[k++].dst.size();
-    if (k - i < 2) {  // a large leaf, or a lone small one: as it is
-      jobs_[out++] = jobs_[i];
-      i = std::max(k, i + 1);
-      continue;
+  for (SmallReads& s : small_) {
+    // File order makes neighbours neighbours in a group, which the reader then fetches
+    // with one read; a list of leaves is pushed in this order already (one run: no sort).
+    std::vector<LeafRead>& reads = s.reads;
+    detail::stable_sort_runs(reads.begin(), reads.end(), [](const LeafRead& a, const LeafRead& b) {
+      return std::tuple(std::string_view(a.entry->file), a.entry->offset) <
+             std::tuple(std::string_view(b.entry->file), b.entry->offset);
+    });
+    for (std::size_t i = 0; i < reads.size();) {
+      std::size_t k = i;
+      std::size_t bytes = 0;
+      while (k < reads.size() && k - i < group_leaves && bytes < group_bytes) bytes += reads[k++].dst.size();
+      if (k - i == 1) jobs_.push_back({s.index, reads[i].entry, reads[i].dst, 0, {}, reads[i].verify, false, true});
+      else jobs_.push_back({s.index, nullptr, {}, 0, std::span<const LeafRead>(reads).subspan(i, k - i), false, false, true});
+      i = k;
     }
-    Job g = jobs_[i];
-    g.dst = {};
-    g.group_first = grouped_.size();
-    g.group_count = k - i;
-    g.group_bytes = bytes;
-    for (; i < k; ++i) grouped_.push_back({jobs_[i].entry, jobs_[i].dst, jobs_[i].verify});
-    jobs_[out++] = g;
   }
-  jobs_.resize(out);
 }
 #endif
 

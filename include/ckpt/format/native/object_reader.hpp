@@ -69,6 +69,7 @@ class ObjectReader final : public IndexReader {
 
   // A whole restore at once: every leaf's range handed to the storage together (S3
   // turns them into a few large parallel GETs), then the checksums on every core.
+  bool reads_in_batches() const override { return true; }
   bool read_batch(const Index& index, std::span<const LeafRead> reads) const override {
     std::vector<storage::ReadSegment> segments;
     for (const auto& r : reads) {
