@@ -219,15 +219,14 @@ inline void check_manifest(std::span<const std::byte> manifest, const CommitReco
 }
 
 // What a native checkpoint stores in its data files: every leaf's bytes, or every
-// box's of a boxed leaf. Both openers (a directory, an object store) bound these.
-inline std::vector<const IndexEntry*> stored_bytes(const std::vector<IndexEntry>& entries) {
-  std::vector<const IndexEntry*> stored;
-  stored.reserve(entries.size());
+// box's of a boxed leaf, each passed to fn in manifest order. Both openers (a
+// directory, an object store) bound these.
+template <class Fn>
+void for_each_stored(const std::vector<IndexEntry>& entries, Fn&& fn) {
   for (const auto& e : entries) {
-    if (e.boxes.empty()) stored.push_back(&e);
-    for (const auto& b : e.boxes) stored.push_back(&b.bytes);
+    if (e.boxes.empty()) fn(e);
+    for (const auto& b : e.boxes) fn(b.bytes);
   }
-  return stored;
 }
 
 // Refuses bytes that lie outside their data file of `size` bytes.

@@ -304,18 +304,19 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
 
   IndexInfo info;
   std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
-  const std::vector<const IndexEntry*> stored = stored_bytes(entries);
   // The size of each data object. Neighbouring leaves share their file: each looks up
   // its file's slot only when its name differs from the one before (20,000 map lookups
-  // by string were half a millisecond of opening 20,000 leaves, twice).
+  // by string were half a millisecond of opening 20,000 leaves, twice), and no list of
+  // 20,000 pointers is built for it (fresh memory, which costs on this VM).
   std::map<std::string, std::optional<std::uint64_t>> sizes;
-  std::vector<std::optional<std::uint64_t>*> size_of(stored.size());
-  for (std::size_t i = 0; i < stored.size(); ++i) {
-    const std::string& file = stored[i]->file;
-    if (file.empty()) continue;
-    size_of[i] = i > 0 && size_of[i - 1] && stored[i - 1]->file == file ? size_of[i - 1] : &sizes[file];
+  {
+    const std::string* last = nullptr;
+    for_each_stored(entries, [&](const IndexEntry& e) {
+      if (e.file.empty() || (last && *last == e.file)) return;
+      last = &e.file;
+      sizes.try_emplace(e.file);
+    });
   }
-
   std::shared_ptr<const IndexReader> reader;
   if (local) {
     // Each data file opened once, here, and measured by its descriptor: what is read
@@ -352,12 +353,18 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
       if (e) std::rethrow_exception(e);
     reader = std::make_shared<ObjectReader>(loc);
   }
-  for (std::size_t i = 0; i < stored.size(); ++i) {
-    const IndexEntry& e = *stored[i];
-    if (e.file.empty()) continue;
-    const auto& size = *size_of[i];
-    if (!size) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing or unreadable");
-    check_within_file(ckpt, e, *size);
+  {
+    const std::string* last = nullptr;
+    const std::optional<std::uint64_t>* size = nullptr;
+    for_each_stored(entries, [&](const IndexEntry& e) {
+      if (e.file.empty()) return;
+      if (!last || *last != e.file) {
+        last = &e.file;
+        size = &sizes.at(e.file);
+      }
+      if (!*size) throw CorruptCheckpointError(ckpt, e.path.str(), "data file " + e.file + " is missing or unreadable");
+      check_within_file(ckpt, e, **size);
+    });
   }
   // The entries' inline spans point into the manifest's bytes, which the Index keeps alive.
   return std::make_shared<const Index>(ckpt, std::move(info), std::move(entries), std::move(reader), manifest);
