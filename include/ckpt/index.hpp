@@ -14,9 +14,11 @@
 #include <stdexcept>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/detail/out_of_line.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/tree/path.hpp>
@@ -39,17 +41,20 @@ struct IndexEntry {
   std::string file;  // data file name inside the checkpoint, "" when stored inline
   std::uint64_t offset = 0;
   std::uint64_t length = 0;  // bytes
-  std::string codec = "raw";
+  // The bytes' encoding: "raw", "inline", a compressor's name (io::codec_name), "zarr3".
+  // A view of a string with static storage (a literal): no leaf owns a copy.
+  std::string_view codec = "raw";
   std::uint64_t checksum = 0;  // xxh3-64 of the leaf's bytes
   std::span<const std::byte> inline_bytes;  // into memory the Index keeps alive
   // A leaf stored as boxes of its global array (Sharded leaves, leaves written by several
   // processes): shape and length are the whole array's, the bytes are the boxes'.
-  std::vector<IndexBox> boxes;  // (no initializer: IndexBox is incomplete here)
+  // Out of line (detail/out_of_line.hpp) here and below: most leaves have neither.
+  detail::OutOfLineVector<IndexBox> boxes;  // (no initializer: IndexBox is incomplete here)
   // Native format v2 (issue 11): the xxh3 of each chunk_bytes-long piece of a leaf
   // longer than one chunk, so that parts of one leaf are read and verified by several
   // threads; checksum is then the xxh3 of these (as little-endian u64s). Else empty.
   std::uint64_t chunk_bytes = 0;
-  std::vector<std::uint64_t> chunk_xxh3{};
+  detail::OutOfLineVector<std::uint64_t> chunk_xxh3{};
 };
 
 // One stored box of a leaf: its origin in the global array, its bytes (an entry whose

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include <ckpt/detail/out_of_line.hpp>
 #include <ckpt/detail/type_name.hpp>
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/tree/edit.hpp>
@@ -29,7 +30,7 @@ struct SnapshotLeaf {
   Path path;
   LeafBytes data;
   // A Sharded leaf's place in its global array (data is this process's box of it).
-  std::optional<LeafBox> box{};
+  detail::OutOfLine<LeafBox> box{};  // (detail/out_of_line.hpp: most leaves have none)
 };
 
 // One allocation that holds the bytes of a whole snapshot; reused from save to save.

@@ -145,7 +145,7 @@ inline bool add_kv_array(interop::IndexBuilder& b, const Path& p, const std::sha
   const std::string ckpt = b.checkpoint();
   if (kv->size(name + "/.zarray")) {
     auto a = std::make_shared<zarr::KvArrayV2>(zarr::KvArrayV2::open(kv, name, ckpt, p.str()));
-    b.add_loaded(p, a->meta.type, a->meta.shape, name, std::string("ocdbt/zarr/") + io::codec_name(a->meta.compressor),
+    b.add_loaded(p, a->meta.type, a->meta.shape, name, io::codec_name(a->meta.compressor),
                  [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); },
                  [a](const Shape& o, const Shape& n, std::span<std::byte> dst, const zarr::Fail& fail) { a->read_box(o, n, dst, fail); });
     return true;

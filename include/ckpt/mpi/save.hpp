@@ -287,7 +287,7 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
     // twice. A whole leaf's are its chunk checksums, which its checksum is the hash of
     // (format version 2) when it is longer than one chunk: the manifest needs them.
     const auto pieces = jobs[k].box < 0 || !entries[k].chunk_xxh3.empty()
-                            ? entries[k].chunk_xxh3
+                            ? entries[k].chunk_xxh3.vec()
                             : box_piece_checksums(mine.leaves[k].data.view);
     out.sums.push_back(pieces.size());
     out.sums.insert(out.sums.end(), pieces.begin(), pieces.end());

@@ -177,7 +177,7 @@ class IndexBuilder {
     e.shape = meta.shape;
     e.length = meta.bytes();
     e.file = std::move(rel);
-    e.codec = std::string("zarr/") + io::codec_name(meta.compressor);
+    e.codec = io::codec_name(meta.compressor);
     entries_.push_back(std::move(e));
     Stored s;
     s.array_dir = dir;
@@ -187,8 +187,8 @@ class IndexBuilder {
 
   // A leaf whose bytes `load` produces (dst is exactly dtype size x elements), and a box
   // of them `load_box` (may be empty: boxes are then cut from the whole); `where` is what
-  // `ckpt tree` shows as its file, `codec` its encoding.
-  void add_loaded(Path p, dtype t, Shape shape, std::string where, std::string codec, decltype(Stored::load) load,
+  // `ckpt tree` shows as its file, `codec` its encoding (a literal: IndexEntry::codec).
+  void add_loaded(Path p, dtype t, Shape shape, std::string where, std::string_view codec, decltype(Stored::load) load,
                   decltype(Stored::load_box) load_box = {}) {
     IndexEntry e;
     e.path = std::move(p);
@@ -196,7 +196,7 @@ class IndexBuilder {
     e.shape = std::move(shape);
     e.length = static_cast<std::uint64_t>(element_count(e.shape)) * dtype_size(t);
     e.file = std::move(where);
-    e.codec = std::move(codec);
+    e.codec = codec;
     entries_.push_back(std::move(e));
     Stored s;
     s.load = std::move(load);

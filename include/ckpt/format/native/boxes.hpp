@@ -99,7 +99,7 @@ inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, st
     b.origin = l.box->origin;
     b.bytes = std::move(entries[i]);
     // the writer's chunk checksums are the pieces' (1 MiB each): not hashed twice
-    b.pieces = b.bytes.chunk_xxh3.empty() ? box_piece_checksums(l.data.view) : b.bytes.chunk_xxh3;
+    b.pieces = b.bytes.chunk_xxh3.empty() ? box_piece_checksums(l.data.view) : b.bytes.chunk_xxh3.vec();
     b.ranks = {0};
     (void)set_tile_checksums(b, tiles ? tiles->take(i) : box_tile_checksums(b.bytes.shape, b.bytes.type, l.data.view));
     IndexEntry e;

@@ -273,8 +273,10 @@ void decode_storage(detail::mp::MapFields<N>& f, IndexEntry& e) {
   } else {
     e.file = file.str("file");
     if (!is_data_file_name(e.file)) lr.fail("data file name " + quote_for_message(e.file) + " is not one ckpt writes");
-    if (auto* c = f.find(keys::codec)) e.codec = c->str("codec");
-    if (e.codec != "raw") lr.fail("codec " + quote_for_message(e.codec) + " is not supported");
+    if (auto* c = f.find(keys::codec))
+      if (const std::string_view codec = c->str("codec"); codec != "raw")
+        lr.fail("codec " + quote_for_message(std::string(codec)) + " is not supported");
+    e.codec = "raw";
   }
 }
 
