@@ -301,10 +301,10 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
   info.type_name = snap.type_name;
   info.schema = snap.schema;
   info.fingerprint = snap.fingerprint;
-  const std::vector<char> manifest = encode_manifest(info, entries);
-  const auto manifest_bytes = std::as_bytes(std::span(manifest));
-  io::write_file_synced(dir / manifest_file, manifest_bytes);
-  const std::string commit = encode_commit({manifest.size(), io::xxh3(manifest_bytes)});
+  storage::detail::FileWriter manifest(dir / manifest_file, storage::Publish::in_place);
+  const CommitRecord record = write_manifest(manifest, info, entries);
+  manifest.close();
+  const std::string commit = encode_commit(record);
   io::write_file_synced(dir / commit_file, std::as_bytes(std::span(commit)));
   progress.finish();
   return result;

@@ -405,10 +405,10 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
     info.schema = snap.schema;
     info.fingerprint = snap.fingerprint;
     info.processes = static_cast<std::uint64_t>(comm.size());
-    const std::vector<char> manifest = native_format::encode_manifest(info, plan.entries);
-    const auto manifest_bytes = std::as_bytes(std::span(manifest));
-    io::write_file_synced(tmp / native_format::manifest_file, manifest_bytes);
-    const std::string commit = native_format::encode_commit({manifest.size(), io::xxh3(manifest_bytes)});
+    ckpt::storage::detail::FileWriter manifest(tmp / native_format::manifest_file, ckpt::storage::Publish::in_place);
+    const native_format::CommitRecord record = native_format::write_manifest(manifest, info, plan.entries);
+    manifest.close();
+    const std::string commit = native_format::encode_commit(record);
     io::write_file_synced(tmp / native_format::commit_file, std::as_bytes(std::span(commit)));
     if (before_commit) before_commit(tmp);
     staging->commit(opts.force);

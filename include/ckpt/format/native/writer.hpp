@@ -264,10 +264,10 @@ inline void write(const Snapshot& snap, const storage::Location& loc, const Save
   info.type_name = snap.type_name;
   info.schema = snap.schema;
   info.fingerprint = snap.fingerprint;
-  const std::vector<char> manifest = encode_manifest(info, entries);
-  const auto manifest_bytes = std::as_bytes(std::span(manifest));
-  loc.storage->put(loc.key(manifest_file), manifest_bytes);
-  const std::string commit = encode_commit({manifest.size(), io::xxh3(manifest_bytes)});
+  const auto manifest = loc.storage->create(loc.key(manifest_file));
+  const CommitRecord record = write_manifest(*manifest, info, entries);
+  manifest->close();
+  const std::string commit = encode_commit(record);
   loc.storage->put(loc.key(commit_file), std::as_bytes(std::span(commit)));
   progress.finish();  // issue 11
 }
