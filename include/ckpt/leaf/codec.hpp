@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/detail/out_of_line.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/leaf/box.hpp>
 #include <ckpt/leaf/convert.hpp>
@@ -66,11 +67,11 @@ struct LeafBytes {
   dtype type = dtype::none;
   Shape shape;
   std::span<const std::byte> view;
-  std::vector<std::byte> storage;
+  detail::OutOfLineVector<std::byte> storage;  // a std::vector held by pointer: most leaves own none
   std::shared_ptr<const LeafStream> stream{};
 
   LeafBytes() = default;
-  LeafBytes(LeafBytes&&) noexcept = default;  // a moved vector keeps its buffer: view stays valid
+  LeafBytes(LeafBytes&&) noexcept = default;  // moved storage keeps its buffer: view stays valid
   LeafBytes& operator=(LeafBytes&&) noexcept = default;
   // A copy of an owning leaf views its own copy of the bytes, not the original's.
   LeafBytes(const LeafBytes& o) : type(o.type), shape(o.shape), view(o.view), storage(o.storage), stream(o.stream) {

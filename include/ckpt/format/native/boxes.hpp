@@ -65,20 +65,23 @@ inline void check_leaf_box(const std::string& dir, const SnapshotLeaf& l) {
 // leaves idle while it waits for the disk); box_sharded_entries takes them.
 class BoxTiles {
  public:
-  explicit BoxTiles(const Snapshot& snap) : tiles_(snap.leaves.size()) {
+  // No list at all when no leaf has tiles: 20,000 empty vectors were 480 KB of fresh
+  // memory in every save of 20,000 small leaves.
+  explicit BoxTiles(const Snapshot& snap) {
     bool any = false;
     for (const auto& l : snap.leaves) any = any || (l.box && l.data.view.size() > box_piece);
-    if (any)
-      hashing_ = std::async(std::launch::async, [this, &snap] {
-        for (std::size_t i = 0; i < snap.leaves.size(); ++i)
-          if (const SnapshotLeaf& l = snap.leaves[i]; l.box) tiles_[i] = box_tile_checksums(l.data.shape, l.data.type, l.data.view);
-      });
+    if (!any) return;
+    tiles_.resize(snap.leaves.size());
+    hashing_ = std::async(std::launch::async, [this, &snap] {
+      for (std::size_t i = 0; i < snap.leaves.size(); ++i)
+        if (const SnapshotLeaf& l = snap.leaves[i]; l.box) tiles_[i] = box_tile_checksums(l.data.shape, l.data.type, l.data.view);
+    });
   }
   BoxTiles(const BoxTiles&) = delete;  // the hashing thread holds `this`
   BoxTiles& operator=(const BoxTiles&) = delete;
   std::vector<std::uint64_t> take(std::size_t i) {
     if (hashing_.valid()) hashing_.get();
-    return std::move(tiles_[i]);
+    return i < tiles_.size() ? std::move(tiles_[i]) : std::vector<std::uint64_t>{};
   }
 
  private:

@@ -57,6 +57,7 @@ struct EntryPlan {
 inline EntryPlan plan_entries(const Snapshot& snap, const SaveOptions& opt) {
   EntryPlan plan;
   plan.entries.resize(snap.leaves.size());
+  plan.large.reserve(snap.leaves.size());  // pages it does not fill are never touched
   for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
     const auto& leaf = snap.leaves[i];
     IndexEntry& e = plan.entries[i];
