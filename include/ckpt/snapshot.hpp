@@ -18,6 +18,7 @@
 
 #include <ckpt/detail/out_of_line.hpp>
 #include <ckpt/detail/type_name.hpp>
+#include <ckpt/io/prefault.hpp>
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/tree/edit.hpp>
 #include <ckpt/tree/schema.hpp>
@@ -147,8 +148,11 @@ Snapshot take_snapshot(const T& value) {
   detail::LeafCounter count;
   walk(value, p, count);
   s.leaves.reserve(count.n);
-  detail::SnapshotBuilder b{s};
-  walk(value, p, b);
+  {
+    const io::PrefaultAhead prefault(s.leaves.data(), count.n * sizeof(SnapshotLeaf));  // joined at the brace
+    detail::SnapshotBuilder b{s};
+    walk(value, p, b);
+  }
   return s;
 }
 

@@ -29,6 +29,7 @@
 #include <ckpt/detail/msgpack.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
+#include <ckpt/io/prefault.hpp>
 #include <ckpt/io/tile_checksums.hpp>
 #include <ckpt/storage/storage.hpp>
 #include <ckpt/version.hpp>
@@ -489,6 +490,7 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
   const std::uint32_t count = root.at(keys::leaves).array("leaves");
   std::vector<IndexEntry> entries;
   entries.reserve(count);
+  const io::PrefaultAhead prefault(entries.data(), count * sizeof(IndexEntry));  // joined before entries go
   detail::mp::Reader lr = r.at_path("");  // names each leaf in turn (name_leaf)
   for (std::uint32_t i = 0; i < count; ++i) {
     c.use(r);

@@ -23,6 +23,7 @@
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/file.hpp>
+#include <ckpt/io/prefault.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/storage/posix.hpp>
@@ -56,11 +57,12 @@ struct EntryPlan {
 };
 inline EntryPlan plan_entries(const Snapshot& snap, const SaveOptions& opt) {
   EntryPlan plan;
-  plan.entries.resize(snap.leaves.size());
+  plan.entries.reserve(snap.leaves.size());
+  const io::PrefaultAhead prefault(plan.entries.data(), snap.leaves.size() * sizeof(IndexEntry));
   plan.large.reserve(snap.leaves.size());  // pages it does not fill are never touched
   for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
     const auto& leaf = snap.leaves[i];
-    IndexEntry& e = plan.entries[i];
+    IndexEntry& e = plan.entries.emplace_back();
     e.path = leaf.path;
     e.type = leaf.data.type;
     e.shape = leaf.data.shape;
