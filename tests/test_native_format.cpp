@@ -7,6 +7,8 @@
 
 #include <sstream>
 
+#include <ckpt/storage/memory.hpp>
+
 #if __has_include(<ckpt/io/batch_read.hpp>)  // the multi-header tree; the single header holds it
 #include <ckpt/exec/parallel_reads.hpp>
 #include <ckpt/io/batch_read.hpp>
@@ -308,6 +310,80 @@ TEST_CASE("a checkpoint is a directory of exactly manifest, commit and data file
   CHECK(names == std::vector<std::string>{"commit", "data-0", "manifest"});
   // Every leaf is padded to the 4 KiB alignment, the last one too.
   CHECK(std::filesystem::file_size(tmp / "c" / "data-0") % 4096 == 0);
+}
+
+TEST_CASE("the manifest streamed through the writer's buffer is the manifest packed in memory, with its commit record") {
+  test::TempDir tmp;
+  // 12,000 inline leaves: a manifest of over a megabyte, several of write_manifest's
+  // 256 KiB buffers.
+  struct Many {
+    std::vector<std::vector<float>> leaves;
+  } many;
+  many.leaves.resize(12000);
+  for (std::size_t i = 0; i < many.leaves.size(); ++i) many.leaves[i] = {static_cast<float>(i), 0.5f, -1.0f};
+  ckpt::save(tmp / "c", many);
+  const auto index = ckpt::open_index(tmp / "c");
+  const std::vector<char> packed = ckpt::native_format::encode_manifest(index->info(), index->entries());
+  REQUIRE(packed.size() > 3 * (std::size_t{256} << 10));
+  // What the save wrote is what the index it reads back packs to.
+  const std::vector<char> on_disk = test::read_bytes(tmp / "c" / "manifest");
+  CHECK(on_disk.size() == packed.size());
+  CHECK(std::memcmp(on_disk.data(), packed.data(), std::min(on_disk.size(), packed.size())) == 0);
+
+  auto mem = ckpt::storage::MemoryStorage::named("native-test-manifest");
+  auto out = mem->create("m");
+  const ckpt::native_format::CommitRecord record = ckpt::native_format::write_manifest(*out, index->info(), index->entries());
+  out->close();
+  const auto streamed = mem->read_all("m", std::uint64_t{1} << 30);
+  REQUIRE(streamed.has_value());
+  CHECK(streamed->size() == packed.size());
+  CHECK(std::memcmp(streamed->data(), packed.data(), std::min(streamed->size(), packed.size())) == 0);
+  CHECK(record.manifest_bytes == packed.size());
+  CHECK(record.manifest_xxh3 == ckpt::io::xxh3(std::as_bytes(std::span(packed))));
+}
+
+TEST_CASE("io::PrefaultAhead changes no byte of memory filled while it runs, nor of memory filled before") {
+  constexpr std::size_t n = std::size_t{1} << 20;  // 8 MB of u64s
+  const auto value = [](std::size_t i) { return (i + 1) * 0x9E3779B97F4A7C15ull; };
+  std::vector<std::uint64_t> v;
+  v.reserve(n);
+  {
+    const ckpt::io::PrefaultAhead prefault(v.data(), n * sizeof(std::uint64_t));
+    for (std::size_t i = 0; i < n; ++i) v.push_back(value(i));
+  }
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) wrong += v[i] != value(i);
+  CHECK(wrong == 0);
+  { const ckpt::io::PrefaultAhead again(v.data(), n * sizeof(std::uint64_t)); }  // pages already mapped and written
+  for (std::size_t i = 0; i < n; ++i) wrong += v[i] != value(i);
+  CHECK(wrong == 0);
+  std::uint64_t small[16] = {1, 2, 3};
+  { const ckpt::io::PrefaultAhead none(small, sizeof small); }  // under min_bytes: nothing to do
+  CHECK(small[2] == 3);
+}
+
+TEST_CASE("an IndexEntry's out-of-line fields copy deeply and read as the vectors they stand for") {
+  ckpt::IndexEntry a;
+  CHECK(a.chunk_xxh3.empty());
+  CHECK(a.chunk_xxh3.vec().empty());
+  CHECK(a.boxes.begin() == a.boxes.end());
+  a.chunk_xxh3 = std::vector<std::uint64_t>{1, 2, 3};
+  ckpt::IndexEntry b = a;
+  b.chunk_xxh3[0] = 9;
+  CHECK(a.chunk_xxh3 == std::vector<std::uint64_t>{1, 2, 3});
+  CHECK(b.chunk_xxh3 == std::vector<std::uint64_t>{9, 2, 3});
+  CHECK(std::span<const std::uint64_t>(b.chunk_xxh3).size() == 3);
+  b.boxes.emplace_back().origin = {4, 0};
+  ckpt::IndexEntry c = b;
+  c.boxes[0].origin[0] = 7;
+  CHECK(b.boxes.at(0).origin == ckpt::Shape{4, 0});
+  CHECK(c.boxes.front().origin == ckpt::Shape{7, 0});
+  ckpt::IndexEntry d = std::move(c);
+  CHECK(d.boxes.size() == 1);
+  a.chunk_xxh3 = std::vector<std::uint64_t>{};
+  CHECK(a.chunk_xxh3.empty());
+  a.chunk_xxh3.assign(b.chunk_xxh3.begin() + 1, b.chunk_xxh3.end());
+  CHECK(a.chunk_xxh3 == std::vector<std::uint64_t>{2, 3});
 }
 
 TEST_CASE("io::pread_ranges reads scattered ranges exactly, through io_uring or pread, and says where a file ends") {

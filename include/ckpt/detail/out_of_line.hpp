@@ -68,7 +68,8 @@ class OutOfLineVector {
   void resize(std::size_t n) { get().resize(n); }
   template <class It>
   void assign(It first, It last) {
-    *this = std::vector<T>(first, last);
+    if (first == last) return clear();
+    get().assign(first, last);  // (into the vector in place: GCC 12 -O2 misreads a moved temporary's free)
   }
   void clear() noexcept { v_.reset(); }
 
