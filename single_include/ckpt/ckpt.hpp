@@ -3126,12 +3126,10 @@ CKPT_API bool Index::has_subtree(const Path& p) const {
 
 CKPT_API std::vector<std::string> Index::children(const Path& p) const {
   std::vector<std::string> out;
-  const auto& pre = p.segments();
-  for (auto it = lower_bound(pre); it != sorted_.end() && starts_with(segments(*it), pre); ++it) {
-    if (segments(*it).size() == pre.size()) continue;
-    const std::string& seg = segments(*it)[pre.size()];
-    if (out.empty() || out.back() != seg) out.push_back(seg);
-  }
+  for_each_child(p, [&](const std::string& seg) {
+    out.push_back(seg);
+    return true;
+  });
   return out;
 }
 
