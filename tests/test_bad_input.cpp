@@ -135,12 +135,12 @@ inline void set_manifest(const fs::path& dir, const Bytes& manifest) {
 template <class F>
 void edit_entries(const fs::path& dir, F&& f) {
   const auto index = ckpt::open_index(dir);  // keeps the inline bytes alive while encoding
-  std::vector<ckpt::IndexEntry> entries = index->entries();
+  ckpt::IndexEntries entries = index->entries();
   f(entries);
   set_manifest(dir, ckpt::native_format::encode_manifest(index->info(), entries));
 }
 
-inline ckpt::IndexEntry& entry(std::vector<ckpt::IndexEntry>& es, const std::string& dotted) {
+inline ckpt::IndexEntry& entry(ckpt::IndexEntries& es, const std::string& dotted) {
   for (auto& e : es)
     if (e.path.str() == dotted) return e;
   FAIL("no entry " << dotted);

@@ -431,7 +431,7 @@ TEST_CASE("format version 2: chunk checksums, verified part by part; version 1 s
   // and its checksums are still checked.
   fs::copy(tmp / "v2", tmp / "v1", fs::copy_options::recursive);
   {
-    std::vector<ckpt::IndexEntry> entries = index->entries();
+    ckpt::IndexEntries entries = index->entries();
     for (auto& e : entries) {
       if (e.chunk_xxh3.empty()) continue;
       std::vector<std::byte> bytes(e.length);
@@ -459,7 +459,7 @@ TEST_CASE("format version 2: chunk checksums that disagree with the leaf's are r
   test::TempDir tmp;
   ckpt::save(tmp / "c", make_big());
   const auto index = ckpt::native::open(tmp / "c");
-  std::vector<ckpt::IndexEntry> entries = index->entries();
+  ckpt::IndexEntries entries = index->entries();
   for (auto& e : entries)
     if (!e.chunk_xxh3.empty()) e.chunk_xxh3[1] ^= 1;
   const auto m = ckpt::native_format::encode_manifest(index->info(), entries);

@@ -342,24 +342,39 @@ TEST_CASE("the manifest streamed through the writer's buffer is the manifest pac
   CHECK(record.manifest_xxh3 == ckpt::io::xxh3(std::as_bytes(std::span(packed))));
 }
 
-TEST_CASE("io::PrefaultAhead changes no byte of memory filled while it runs, nor of memory filled before") {
-  constexpr std::size_t n = std::size_t{1} << 20;  // 8 MB of u64s
-  const auto value = [](std::size_t i) { return (i + 1) * 0x9E3779B97F4A7C15ull; };
-  std::vector<std::uint64_t> v;
-  v.reserve(n);
-  {
-    const ckpt::io::PrefaultAhead prefault(v.data(), n * sizeof(std::uint64_t));
-    for (std::size_t i = 0; i < n; ++i) v.push_back(value(i));
-  }
-  std::size_t wrong = 0;
-  for (std::size_t i = 0; i < n; ++i) wrong += v[i] != value(i);
-  CHECK(wrong == 0);
-  { const ckpt::io::PrefaultAhead again(v.data(), n * sizeof(std::uint64_t)); }  // pages already mapped and written
-  for (std::size_t i = 0; i < n; ++i) wrong += v[i] != value(i);
-  CHECK(wrong == 0);
-  std::uint64_t small[16] = {1, 2, 3};
-  { const ckpt::io::PrefaultAhead none(small, sizeof small); }  // under min_bytes: nothing to do
-  CHECK(small[2] == 3);
+TEST_CASE("ckpt::IndexEntries: a large buffer on its own 2 MiB-aligned mapping keeps what is put in it, as it grows and shrinks") {
+  const auto filled = [](std::size_t i) {
+    ckpt::IndexEntry e;
+    e.path = ckpt::Path({"leaves", std::to_string(i)});
+    e.shape = {static_cast<std::int64_t>(i)};
+    e.offset = i * 4096;
+    e.checksum = (i + 1) * 0x9E3779B97F4A7C15ull;
+    return e;
+  };
+  const auto wrong = [&](const ckpt::IndexEntries& es, std::size_t n) {
+    std::size_t bad = es.size() != n;
+    for (std::size_t i = 0; i < std::min(n, es.size()); ++i) {
+      const ckpt::IndexEntry want = filled(i);
+      bad += es[i].path != want.path || es[i].shape != want.shape || es[i].offset != want.offset ||
+             es[i].checksum != want.checksum;
+    }
+    return bad;
+  };
+  ckpt::IndexEntries es;
+  for (std::size_t i = 0; i < 100; ++i) es.push_back(filled(i));  // small: std::allocator's
+  CHECK(wrong(es, 100) == 0);
+  for (std::size_t i = 100; i < 12000; ++i) es.push_back(filled(i));  // grows past 512 KiB: mapped, moved
+  CHECK(wrong(es, 12000) == 0);
+  CHECK(es.capacity() * sizeof(ckpt::IndexEntry) >= (std::size_t{512} << 10));
+#if CKPT_HUGE_PAGES  // Linux without AddressSanitizer
+  CHECK(reinterpret_cast<std::uintptr_t>(es.data()) % (std::size_t{2} << 20) == 0);
+#endif
+  const ckpt::IndexEntries copy = es;
+  CHECK(wrong(copy, 12000) == 0);
+  es.resize(3000);
+  es.shrink_to_fit();  // back under 512 KiB: from the mapping to std::allocator
+  CHECK(wrong(es, 3000) == 0);
+  CHECK(wrong(copy, 12000) == 0);
 }
 
 TEST_CASE("an IndexEntry's out-of-line fields copy deeply and read as the vectors they stand for") {

@@ -71,7 +71,7 @@ template <class F>
 void edit_leaf_w(const fs::path& from, const fs::path& to, F&& f) {
   fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
   const auto index = ckpt::open_index(to);
-  std::vector<ckpt::IndexEntry> entries = index->entries();
+  ckpt::IndexEntries entries = index->entries();
   for (auto& e : entries)
     if (e.path.str() == "w") f(e);
   const auto m = ckpt::native_format::encode_manifest(index->info(), entries);

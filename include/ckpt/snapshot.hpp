@@ -18,7 +18,7 @@
 
 #include <ckpt/detail/out_of_line.hpp>
 #include <ckpt/detail/type_name.hpp>
-#include <ckpt/io/prefault.hpp>
+#include <ckpt/detail/huge_page_allocator.hpp>
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/tree/edit.hpp>
 #include <ckpt/tree/schema.hpp>
@@ -60,7 +60,8 @@ class SnapshotBuffer {
 };
 
 struct Snapshot {
-  std::vector<SnapshotLeaf> leaves;
+  // On huge pages from half a megabyte up (5,000 leaves): detail/huge_page_allocator.hpp.
+  std::vector<SnapshotLeaf, detail::HugePageAllocator<SnapshotLeaf>> leaves;
   std::string type_name;  // the saving C++ type, for people
   Schema schema;          // the saving type's schema
   std::uint64_t fingerprint = 0;
@@ -149,7 +150,6 @@ Snapshot take_snapshot(const T& value) {
   walk(value, p, count);
   s.leaves.reserve(count.n);
   {
-    const io::PrefaultAhead prefault(s.leaves.data(), count.n * sizeof(SnapshotLeaf));  // joined at the brace
     detail::SnapshotBuilder b{s};
     walk(value, p, b);
   }

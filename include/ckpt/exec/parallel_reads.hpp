@@ -121,7 +121,7 @@ class ReadQueue final : public DeferredReads {
   // The small reads of one index, in the order they were pushed until run() sorts them.
   struct SmallReads {
     const Index* index;
-    std::vector<LeafRead> reads;
+    std::vector<LeafRead, detail::HugePageAllocator<LeafRead>> reads;  // 20,000: 640 KB, fresh
   };
   void group_small_leaves();
   // The jobs read as one stream (in file order) while a second thread verifies behind.
@@ -285,7 +285,7 @@ CKPT_API void ReadQueue::group_small_leaves() {
   for (SmallReads& s : small_) {
     // File order makes neighbours neighbours in a group, which the reader then fetches
     // with one read; a list of leaves is pushed in this order already (one run: no sort).
-    std::vector<LeafRead>& reads = s.reads;
+    auto& reads = s.reads;
     detail::stable_sort_runs(reads.begin(), reads.end(), [](const LeafRead& a, const LeafRead& b) {
       return std::tuple(std::string_view(a.entry->file), a.entry->offset) <
              std::tuple(std::string_view(b.entry->file), b.entry->offset);

@@ -166,7 +166,7 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
   const auto previous = linkable_leaves(base);
 
   auto plan = detail::native::plan_entries(snap, opt);
-  std::vector<IndexEntry>& entries = plan.entries;
+  IndexEntries& entries = plan.entries;
   const std::vector<std::size_t>& large = plan.large;
   result.bytes_written += plan.inline_bytes;
   if (plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);

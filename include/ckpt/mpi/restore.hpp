@@ -88,7 +88,7 @@ inline std::shared_ptr<const Index> broadcast_index(const Comm& comm, std::share
     Failure::decode(failed).throw_agreed(index->checkpoint(), "rank 0 of " + std::to_string(comm.size()) + " failed: ");
   comm.broadcast(table.b, 0);
   comm.broadcast(*blob, 0);
-  std::vector<IndexEntry> entries = index->entries();
+  IndexEntries entries = index->entries();
   In in{table.b};
   for (std::uint64_t n = in.u64(), k = 0; k < n; ++k) {
     const auto i = static_cast<std::size_t>(in.u64());

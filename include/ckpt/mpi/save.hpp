@@ -77,7 +77,7 @@ struct Plan {
   Plan& operator=(Plan&&) = default;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
-  std::vector<IndexEntry> entries;     // the manifest's, checksums still to fill in
+  IndexEntries entries;     // the manifest's, checksums still to fill in
   std::vector<std::vector<Job>> jobs;  // per rank, in file order
 };
 
@@ -235,7 +235,7 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
     mine.leaves.push_back({l.path, LeafBytes::borrow(l.data.type, {}, l.data.view.data() + j.src, j.length)});
     if (j.file == rank_file(rank)) in_rank_file.push_back(k);
   }
-  std::vector<IndexEntry> entries(jobs.size());
+  IndexEntries entries(jobs.size());
   // The tile checksums of this rank's boxes (format/native/boxes.hpp). Those in
   // data-<rank> are hashed by a thread of their own while the file is written and
   // fsynced, on a core the writer leaves idle while it waits for the disk.

@@ -170,7 +170,7 @@ class Tree {
   std::shared_ptr<const Index> to_index() const {
     if (!dirty_) return index_;
     auto leaves = std::make_shared<std::vector<Leaf>>(leaves_);
-    std::vector<IndexEntry> entries;
+    IndexEntries entries;
     entries.reserve(leaves->size());
     for (const auto& l : *leaves) {
       IndexEntry e;

@@ -18,8 +18,8 @@ namespace ckpt::detail {
 
 // Moves the leaf or every leaf of the subtree at `from` to lie at `to`; returns how many
 // moved. Renaming what is not there is a MissingLeafError (a misspelt path, most often).
-template <class Leaf, class PathOf>
-std::size_t rename_leaves(std::vector<Leaf>& leaves, PathOf path_of, const std::string& checkpoint,
+template <class Leaf, class Alloc, class PathOf>
+std::size_t rename_leaves(std::vector<Leaf, Alloc>& leaves, PathOf path_of, const std::string& checkpoint,
                           std::string_view from, std::string_view to) {
   const Path f = Path::parse(from), t = Path::parse(to);
   std::size_t n = 0;
@@ -37,8 +37,8 @@ std::size_t rename_leaves(std::vector<Leaf>& leaves, PathOf path_of, const std::
 
 // Removes the leaf or subtree at `path`; returns how many leaves went (0 is no error:
 // the transform may run on checkpoints that never had it).
-template <class Leaf, class PathOf>
-std::size_t erase_leaves(std::vector<Leaf>& leaves, PathOf path_of, std::string_view path) {
+template <class Leaf, class Alloc, class PathOf>
+std::size_t erase_leaves(std::vector<Leaf, Alloc>& leaves, PathOf path_of, std::string_view path) {
   const Path p = Path::parse(path);
   const auto before = leaves.size();
   std::erase_if(leaves, [&](Leaf& l) { return path_of(l).starts_with(p); });
@@ -46,8 +46,8 @@ std::size_t erase_leaves(std::vector<Leaf>& leaves, PathOf path_of, std::string_
 }
 
 // Puts `leaf` at its path, replacing a leaf that is there.
-template <class Leaf, class PathOf>
-void set_leaf(std::vector<Leaf>& leaves, PathOf path_of, Leaf leaf) {
+template <class Leaf, class Alloc, class PathOf>
+void set_leaf(std::vector<Leaf, Alloc>& leaves, PathOf path_of, Leaf leaf) {
   const Path p = path_of(leaf);
   std::erase_if(leaves, [&](Leaf& l) { return path_of(l) == p; });
   leaves.push_back(std::move(leaf));

@@ -229,7 +229,7 @@ class IndexBuilder {
   }
 
   std::string checkpoint_;
-  std::vector<IndexEntry> entries_;
+  IndexEntries entries_;
   std::vector<Stored> stored_;
   std::shared_ptr<std::deque<std::string>> strings_ = std::make_shared<std::deque<std::string>>();
   std::vector<std::shared_ptr<const void>> keep_;

@@ -92,7 +92,7 @@ class BoxTiles {
 // After the writer has stored every leaf whole: the entries of Sharded leaves become
 // boxed entries (the global shape, one box holding what was written). tiles: their
 // tile checksums, hashed while the writer wrote (null: hashed here).
-inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, std::vector<IndexEntry>& entries,
+inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, IndexEntries& entries,
                                 BoxTiles* tiles = nullptr) {
   for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
     const SnapshotLeaf& l = snap.leaves[i];

@@ -29,7 +29,6 @@
 #include <ckpt/detail/msgpack.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
-#include <ckpt/io/prefault.hpp>
 #include <ckpt/io/tile_checksums.hpp>
 #include <ckpt/storage/storage.hpp>
 #include <ckpt/version.hpp>
@@ -72,7 +71,7 @@ inline std::uint64_t chunk_list_xxh3(const std::vector<std::uint64_t>& chunks) {
 // Packs the manifest into out, which takes it piece by piece (write(const char*, n)):
 // a vector (encode_manifest) or a data object through a buffer (write_manifest).
 template <class Out>
-void encode_manifest_into(Out& out, const IndexInfo& info, const std::vector<IndexEntry>& entries) {
+void encode_manifest_into(Out& out, const IndexInfo& info, std::span<const IndexEntry> entries) {
   msgpack::packer<Out> pk(out);
   auto str = [&](std::string_view s) {
     pk.pack_str(static_cast<std::uint32_t>(s.size()));
@@ -172,7 +171,7 @@ void encode_manifest_into(Out& out, const IndexInfo& info, const std::vector<Ind
 
 // The manifest as bytes in memory, packed straight into the vector it is returned in,
 // reserved for its size (inline bytes, plus about 160 bytes a leaf).
-inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vector<IndexEntry>& entries) {
+inline std::vector<char> encode_manifest(const IndexInfo& info, std::span<const IndexEntry> entries) {
   std::vector<char> out;
   std::size_t estimate = 4096;
   for (const auto& s : info.schema) estimate += s.path.size() + 32;
@@ -199,7 +198,7 @@ struct CommitRecord {
 // the writers use: a 20,000-leaf manifest is 2 MB, which a save would otherwise allocate
 // and fill whole, fresh memory every save (on this VM ~14 us a page: ~7 ms a save).
 inline CommitRecord write_manifest(storage::ObjectWriter& out, const IndexInfo& info,
-                                   const std::vector<IndexEntry>& entries) {
+                                   std::span<const IndexEntry> entries) {
   constexpr std::size_t capacity = std::size_t{256} << 10;
   struct Sink {
     explicit Sink(storage::ObjectWriter& o) : out(o) {}
@@ -267,7 +266,7 @@ inline void check_manifest(std::span<const std::byte> manifest, const CommitReco
 // box's of a boxed leaf, each passed to fn in manifest order. Both openers (a
 // directory, an object store) bound these.
 template <class Fn>
-void for_each_stored(const std::vector<IndexEntry>& entries, Fn&& fn) {
+void for_each_stored(std::span<const IndexEntry> entries, Fn&& fn) {
   for (const auto& e : entries) {
     if (e.boxes.empty()) fn(e);
     for (const auto& b : e.boxes) fn(b.bytes);
@@ -460,8 +459,7 @@ inline void decode_leaf(detail::mp::Cursor& c, detail::mp::Reader& lr, const Ind
 // field, since the marker only proves the manifest is the one the writer wrote. Read
 // with a Cursor, straight from the bytes: the entries' inline bytes point into `bytes`,
 // which the caller keeps alive as long as the entries.
-inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint,
-                                               IndexInfo& info) {
+inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint, IndexInfo& info) {
   if (const std::string bad = detail::mp::check_msgpack_counts(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
       !bad.empty())
     throw CorruptCheckpointError(checkpoint, "", "manifest: malformed msgpack: " + bad);
@@ -488,9 +486,8 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
   }
 
   const std::uint32_t count = root.at(keys::leaves).array("leaves");
-  std::vector<IndexEntry> entries;
+  IndexEntries entries;
   entries.reserve(count);
-  const io::PrefaultAhead prefault(entries.data(), count * sizeof(IndexEntry));  // joined before entries go
   detail::mp::Reader lr = r.at_path("");  // names each leaf in turn (name_leaf)
   for (std::uint32_t i = 0; i < count; ++i) {
     c.use(r);

@@ -303,7 +303,7 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
   check_manifest(*manifest, commit, ckpt);
 
   IndexInfo info;
-  std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
+  IndexEntries entries = decode_manifest(*manifest, ckpt, info);
   // The size of each data object. Neighbouring leaves share their file: each looks up
   // its file's slot only when its name differs from the one before (20,000 map lookups
   // by string were half a millisecond of opening 20,000 leaves, twice), and no list of

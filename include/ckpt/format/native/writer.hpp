@@ -23,7 +23,6 @@
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/file.hpp>
-#include <ckpt/io/prefault.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/storage/posix.hpp>
@@ -50,7 +49,7 @@ inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves
 // inline with its checksum, the others listed in `large` for the data files. The one
 // plan of the native writers (this one, on every storage; the incremental one; ckpt::mpi's).
 struct EntryPlan {
-  std::vector<IndexEntry> entries;
+  IndexEntries entries;
   std::vector<std::size_t> large;  // indices of the leaves that go to data files
   std::uint64_t inline_bytes = 0;
   std::size_t inline_leaves = 0;
@@ -58,7 +57,6 @@ struct EntryPlan {
 inline EntryPlan plan_entries(const Snapshot& snap, const SaveOptions& opt) {
   EntryPlan plan;
   plan.entries.reserve(snap.leaves.size());
-  const io::PrefaultAhead prefault(plan.entries.data(), snap.leaves.size() * sizeof(IndexEntry));
   plan.large.reserve(snap.leaves.size());  // pages it does not fill are never touched
   for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
     const auto& leaf = snap.leaves[i];
@@ -84,7 +82,7 @@ inline std::uint64_t aligned_length(std::uint64_t n) { return (n + alignment - 1
 // Spreads the large leaves over nfiles data files, biggest first onto the least loaded
 // file, and sets each entry's file and offset (leaves at `alignment` boundaries, in
 // snapshot order within a file). Returns the leaves of each file, in that order.
-inline std::vector<std::vector<std::size_t>> place_in_files(std::vector<IndexEntry>& entries,
+inline std::vector<std::vector<std::size_t>> place_in_files(IndexEntries& entries,
                                                             const std::vector<std::size_t>& large, std::size_t nfiles) {
   std::vector<std::vector<std::size_t>> per_file(nfiles);
   std::vector<std::uint64_t> load(nfiles, 0);
@@ -129,7 +127,7 @@ inline std::size_t stream_buffer_bytes(const SaveOptions& opt, unsigned files) {
 // Streamed leaves are read into a buffer of stream_buffer bytes and appended from it.
 // Progress counts bytes as they are appended when the storage writes them at once (a
 // file), else the caller counts the object's bytes after close() (an upload).
-inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, std::vector<IndexEntry>& entries,
+inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, IndexEntries& entries,
                             const std::vector<std::size_t>& leaves, exec::ProgressTracker* progress = nullptr,
                             std::size_t stream_buffer = std::size_t{16} << 20) {
   if (progress && !out.writes_at_once()) progress = nullptr;
@@ -206,7 +204,7 @@ inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, st
 
 // A data file written in place in a staging directory (ckpt::mpi's rank files, an
 // incremental save's shared file), fsynced before it returns.
-inline void write_data_file(const std::filesystem::path& file, const Snapshot& snap, std::vector<IndexEntry>& entries,
+inline void write_data_file(const std::filesystem::path& file, const Snapshot& snap, IndexEntries& entries,
                             const std::vector<std::size_t>& leaves, exec::ProgressTracker* progress = nullptr,
                             std::size_t stream_buffer = std::size_t{16} << 20) {
   storage::detail::FileWriter out(file, storage::Publish::in_place);
@@ -222,7 +220,7 @@ namespace ckpt::native_format {
 inline void write(const Snapshot& snap, const storage::Location& loc, const SaveOptions& opt) {
   exec::ProgressTracker progress(opt.progress, snap.total_bytes(), snap.leaves.size(), loc.url);  // issue 11
   auto plan = detail::native::plan_entries(snap, opt);
-  std::vector<IndexEntry>& entries = plan.entries;
+  IndexEntries& entries = plan.entries;
   const std::vector<std::size_t>& large = plan.large;
   if (progress.active() && plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
   const unsigned nfiles = detail::native::data_file_count(opt, large.size(), loc.storage->parallelism());

@@ -320,7 +320,7 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
 
   proto::BundleHeader header;
   bool have_header = false;
-  std::vector<IndexEntry> out;
+  IndexEntries out;
   std::vector<bd::Stored> stored;
   std::map<std::string, std::span<const std::byte>> slice_values;
   std::map<std::pair<std::string, std::uint64_t>, bd::Stored> slices;
