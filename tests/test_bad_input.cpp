@@ -681,6 +681,33 @@ TEST_CASE("bad input: hostile manifests with wrong types and values") {
     set_manifest(dir, m);
     CHECK_CKPT_ERROR(CorruptCheckpointError, ckpt::restore<OneFloat>(dir), dir, "", "msgpack");
   }
+  SUBCASE("more leaves claimed than the manifest's bytes could hold") {
+    // No first pass checks the counts (the decoder does, as it reads): a count of
+    // leaves, or of a leaf's path segments, that the bytes left cannot hold is refused
+    // before anything is allocated for it.
+    Bytes m = manifest_with();
+    const std::string key = "\xa6leaves\x91";  // "leaves", then an array of one
+    const auto at = std::search(m.begin(), m.end(), key.begin(), key.end());
+    REQUIRE(at != m.end());
+    const auto header = at + 7;
+    Bytes huge = m;
+    huge.erase(huge.begin() + (header - m.begin()));
+    const char many[] = {'\xdd', '\x00', '\x10', '\x00', '\x00'};  // 2^20 leaves
+    huge.insert(huge.begin() + (header - m.begin()), std::begin(many), std::end(many));
+    set_manifest(dir, huge);
+    CHECK_CKPT_ERROR(CorruptCheckpointError, ckpt::restore<OneFloat>(dir), dir, "", "more items than the bytes left");
+    const std::string path = "\xa4path\x91";  // the leaf's path: an array of one segment
+    Bytes segments = m;
+    const auto p = std::search(segments.begin(), segments.end(), path.begin(), path.end());
+    REQUIRE(p != segments.end());
+    const auto seg_header = p + 5;
+    const auto seg_at = seg_header - segments.begin();
+    segments.erase(segments.begin() + seg_at);
+    const char lots[] = {'\xdd', '\x7f', '\xff', '\xff', '\xff'};  // 2^31 - 1 segments
+    segments.insert(segments.begin() + seg_at, std::begin(lots), std::end(lots));
+    set_manifest(dir, segments);
+    CHECK_CKPT_ERROR(CorruptCheckpointError, ckpt::restore<OneFloat>(dir), dir, "", "more items than the bytes left");
+  }
 }
 
 // The manifest is read key by key from its bytes (detail::mp::MapFields), not through

@@ -195,8 +195,10 @@ class Reader {
 
 // Reads msgpack one value at a time, straight from the bytes, without building an
 // object tree: what a native manifest is decoded with (for 20,000 leaves, msgpack-cxx's
-// tree was a third of opening the checkpoint). Meant for bytes check_msgpack_counts has
-// passed, it still checks every length against the bytes left. Its errors read like
+// tree was a third of opening the checkpoint). It needs no check_msgpack_counts first:
+// it checks every length, and every container's count, against the bytes left (an
+// item takes a byte at least), so that a count sizes nothing larger than the bytes
+// could hold, and it nests to max_msgpack_depth at most. Its errors read like
 // Reader's ("shape: expected an integer") and go through the Reader in use, so that
 // they name the checkpoint, the file and the leaf.
 class Cursor {
@@ -215,15 +217,15 @@ class Cursor {
   // A map header: the number of key-value pairs that follow.
   std::uint32_t map(std::string_view what) {
     const unsigned char b = peek();
-    if (b >= 0x80 && b <= 0x8f) return header(0, b & 0x0fu);
-    if (b == 0xde || b == 0xdf) return header(b == 0xde ? 2 : 4, 0);
+    if (b >= 0x80 && b <= 0x8f) return header(0, b & 0x0fu, 2);
+    if (b == 0xde || b == 0xdf) return header(b == 0xde ? 2 : 4, 0, 2);
     r_->fail(what.empty() ? std::string("expected a map") : std::string(what) + ": expected a map");
   }
   // An array header: the number of items that follow.
   std::uint32_t array(std::string_view what) {
     const unsigned char b = peek();
-    if (b >= 0x90 && b <= 0x9f) return header(0, b & 0x0fu);
-    if (b == 0xdc || b == 0xdd) return header(b == 0xdc ? 2 : 4, 0);
+    if (b >= 0x90 && b <= 0x9f) return header(0, b & 0x0fu, 1);
+    if (b == 0xdc || b == 0xdd) return header(b == 0xdc ? 2 : 4, 0, 1);
     r_->fail(std::string(what) + ": expected an array");
   }
   // A string or a binary (as Reader::view takes either), where its bytes lie.
@@ -316,10 +318,13 @@ class Cursor {
     for (std::size_t i = 0; i < n; ++i) v = (v << 8) | q[i];
     return v;
   }
-  // Consumes a container header: its count in the header byte, or in len_bytes after it.
-  std::uint32_t header(std::size_t len_bytes, std::uint32_t count) {
+  // Consumes a container header: its count in the header byte, or in len_bytes after it;
+  // each of the count items is at least per_item values of a byte or more.
+  std::uint32_t header(std::size_t len_bytes, std::uint32_t count, std::uint64_t per_item) {
     ++at_;
-    return len_bytes ? static_cast<std::uint32_t>(be(len_bytes)) : count;
+    if (len_bytes) count = static_cast<std::uint32_t>(be(len_bytes));
+    if (count * per_item > left()) r_->fail("malformed msgpack: a container claims more items than the bytes left");
+    return count;
   }
   // Any integer encoding, consumed (v holds the value as two's complement); sign::none
   // and nothing consumed when the value is not an integer.

@@ -459,10 +459,8 @@ inline void decode_leaf(detail::mp::Cursor& c, detail::mp::Reader& lr, const Ind
 // field, since the marker only proves the manifest is the one the writer wrote. Read
 // with a Cursor, straight from the bytes: the entries' inline bytes point into `bytes`,
 // which the caller keeps alive as long as the entries.
-inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint, IndexInfo& info) {
-  if (const std::string bad = detail::mp::check_msgpack_counts(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
-      !bad.empty())
-    throw CorruptCheckpointError(checkpoint, "", "manifest: malformed msgpack: " + bad);
+inline IndexEntries decode_manifest_fields(std::span<const std::byte> bytes, const std::string& checkpoint,
+                                          IndexInfo& info) {
   const detail::mp::Reader r(checkpoint, "manifest");
   detail::mp::Cursor c(bytes, r);
   detail::mp::MapFields root(c, keys::root);
@@ -485,6 +483,8 @@ inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std:
     }
   }
 
+  // No more than the bytes left (Cursor::array checks): what is reserved stays within
+  // sizeof(IndexEntry) times the manifest's size, and is mapped only as it is filled.
   const std::uint32_t count = root.at(keys::leaves).array("leaves");
   IndexEntries entries;
   entries.reserve(count);
@@ -493,12 +493,31 @@ inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std:
     c.use(r);
     decode_leaf(c, lr, info, entries.emplace_back());  // reserved: the leaf lr names stays put
   }
+  c.use(r);
   root.read_past(keys::leaves);
   // Looked up after the leaves: writers put it before them, and an absent key is looked
   // for to the map's end, which would step over every leaf first.
   if (auto* p = root.find(keys::processes)) info.processes = p->u64("processes");
   root.finish();
+  if (c.left() != 0) r.fail("malformed msgpack: " + std::to_string(c.left()) + " bytes after the end");
   return entries;
+}
+
+// decode_manifest_fields, and when it fails on bytes that are not msgpack at all, the
+// reason they are not (check_msgpack_counts' message, naming what is malformed rather
+// than which field met it). The Cursor needs no such walk first: it bounds every count
+// by the bytes left. The walk was an eighth of opening 20,000 leaves; now only a
+// broken manifest pays for it.
+inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint, IndexInfo& info) {
+  try {
+    return decode_manifest_fields(bytes, checkpoint, info);
+  } catch (const CorruptCheckpointError&) {
+    if (const std::string bad =
+            detail::mp::check_msgpack_counts(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+        !bad.empty())
+      throw CorruptCheckpointError(checkpoint, "", "manifest: malformed msgpack: " + bad);
+    throw;
+  }
 }
 
 }  // namespace ckpt::native_format

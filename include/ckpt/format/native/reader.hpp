@@ -24,6 +24,7 @@
 #include <tuple>
 #include <vector>
 
+#include <ckpt/detail/huge_page_allocator.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/object_reader.hpp>
 #include <ckpt/io/batch_read.hpp>
@@ -107,7 +108,7 @@ class Reader final : public IndexReader {
         end = e.offset + e.length;
       }
       const auto& [f, name] = files_.at(first.file);
-      const std::span<std::byte> run(bounce.bytes.get(), static_cast<std::size_t>(end - first.offset));
+      const std::span<std::byte> run(bounce.bytes, static_cast<std::size_t>(end - first.offset));
       try {
         io::pread_exact(f, run, first.offset, name);
       } catch (const Error&) {
@@ -227,30 +228,47 @@ class Reader final : public IndexReader {
     fs::path name;
   };
   std::map<std::string, DataFile> files_;
-  // read_group's buffers: taken by a call, given back when it ends.
+  // read_group's buffers: taken by a call, given back when it ends. The first ones are
+  // cut from one slab of 2 MiB (slab_buffers of them, as many as a restore's reader
+  // threads), on a huge page: each fresh 256 KiB buffer was 64 page faults, which a
+  // restore of many small leaves paid on every open (detail/huge_page_allocator.hpp).
+  // Callers beyond those get buffers of their own.
+  static constexpr std::size_t slab_buffers = detail::huge_page_bytes / bounce_bytes;
   struct BounceBuffer {
     explicit BounceBuffer(const Reader& r) : reader(r) {
-      {
-        const std::lock_guard lock(r.bounce_mutex_);
-        if (!r.bounces_.empty()) {
-          bytes = std::move(r.bounces_.back());
-          r.bounces_.pop_back();
-          return;
-        }
+      const std::lock_guard lock(r.bounce_mutex_);
+      if (!r.bounces_.empty()) {
+        bytes = r.bounces_.back();
+        r.bounces_.pop_back();
+        return;
       }
-      bytes = std::make_unique_for_overwrite<std::byte[]>(bounce_bytes);
+      if (!r.slab_) {
+        r.slab_ = Slab(detail::HugePageAllocator<std::byte>{}.allocate(detail::huge_page_bytes));
+        for (std::size_t k = 1; k < slab_buffers; ++k) r.bounces_.push_back(r.slab_.get() + k * bounce_bytes);
+        bytes = r.slab_.get();
+        return;
+      }
+      bytes = r.own_bounces_.emplace_back(std::make_unique_for_overwrite<std::byte[]>(bounce_bytes)).get();
     }
     BounceBuffer(const BounceBuffer&) = delete;
     BounceBuffer& operator=(const BounceBuffer&) = delete;
     ~BounceBuffer() {
       const std::lock_guard lock(reader.bounce_mutex_);
-      reader.bounces_.push_back(std::move(bytes));
+      reader.bounces_.push_back(bytes);
     }
     const Reader& reader;
-    std::unique_ptr<std::byte[]> bytes = nullptr;
+    std::byte* bytes = nullptr;
   };
+  struct FreeSlab {
+    void operator()(std::byte* p) const noexcept {
+      detail::HugePageAllocator<std::byte>{}.deallocate(p, detail::huge_page_bytes);
+    }
+  };
+  using Slab = std::unique_ptr<std::byte[], FreeSlab>;
   mutable std::mutex bounce_mutex_;
-  mutable std::vector<std::unique_ptr<std::byte[]>> bounces_;
+  mutable Slab slab_;
+  mutable std::vector<std::unique_ptr<std::byte[]>> own_bounces_;  // beyond the slab's
+  mutable std::vector<std::byte*> bounces_;                        // free ones, of either
 };
 
 inline bool detect(const fs::path& dir) {
