@@ -747,8 +747,30 @@ TEST_CASE("native manifest: keys in any order, unknown and repeated keys") {
       reversed(p, kv.val.via.array.ptr[i], [](Pk& q, const msgpack::object_kv& leaf_kv) { q.pack(leaf_kv.val); });
   });
   const ckpt::IndexInfo before = ckpt::open_index(dir)->info();
+  // The writer's layout is read by decode_leaf_as_written, any other by decode_leaf's
+  // key lookups: both must make the same entries of the same leaves.
+  const ckpt::IndexEntries as_written = ckpt::open_index(dir)->entries();
   set_manifest(dir, bytes_of(b));
   CHECK(same(ckpt::restore<Small>(dir), make_small()));
+  {
+    const auto index = ckpt::open_index(dir);
+    REQUIRE(index->entries().size() == as_written.size());
+    for (std::size_t i = 0; i < as_written.size(); ++i) {
+      const ckpt::IndexEntry &x = as_written[i], &y = index->entries()[i];
+      CAPTURE(x.path.str());
+      CHECK(x.path == y.path);
+      CHECK(x.type == y.type);
+      CHECK(x.shape == y.shape);
+      CHECK(x.file == y.file);
+      CHECK(x.offset == y.offset);
+      CHECK(x.length == y.length);
+      CHECK(x.checksum == y.checksum);
+      CHECK(x.codec == y.codec);
+      CHECK(x.inline_bytes.size() == y.inline_bytes.size());
+      CHECK(x.chunk_bytes == y.chunk_bytes);
+      CHECK(x.chunk_xxh3.vec() == y.chunk_xxh3.vec());
+    }
+  }
   const ckpt::IndexInfo after = ckpt::open_index(dir)->info();
   CHECK(after.format == "ckpt-native");
   CHECK(after.type_name == before.type_name);

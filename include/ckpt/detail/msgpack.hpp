@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -213,6 +214,16 @@ class Cursor {
   std::size_t left() const noexcept { return size_ - at_; }
 
   bool next_is_nil() const { return peek() == 0xc0; }
+  // Consumes the N - 1 bytes of the literal `raw` when the bytes at the cursor are
+  // exactly those (a key as a known writer encodes it); else consumes nothing. Its
+  // length known here, the comparison compiles to a few loads.
+  template <std::size_t N>
+  bool take_if(const char (&raw)[N]) noexcept {
+    constexpr std::size_t n = N - 1;
+    if (n > left() || std::memcmp(p_ + at_, raw, n) != 0) return false;
+    at_ += n;
+    return true;
+  }
 
   // A map header: the number of key-value pairs that follow.
   std::uint32_t map(std::string_view what) {
