@@ -1859,6 +1859,108 @@ struct leaf_codec<lazy<U>> {
 #include <string_view>
 #include <vector>
 
+// begin ckpt/detail/huge_page_allocator.hpp
+// ckpt/detail/huge_page_allocator.hpp — large per-leaf arrays on transparent huge pages.
+//
+// A restore of 20,000 leaves builds a few arrays of a megabyte or more (the index's
+// entries, the read queue's list), touches every page of them once and frees them.
+// That memory is fresh in a process that restores once, at start-up, and each fresh
+// 4 KiB page costs a fault: about 0.25 us on bare metal, and 13-27 us on this project's
+// VM, where the hypervisor backs each page (20,000 entries, 3.4 MB: 830 faults, about
+// half the time of the restore). On a 2 MiB transparent huge page the same memory costs
+// one fault per 2 MiB: touching 8 MB here took 26 ms on 4 KiB pages and 0.5 ms on huge
+// pages (docs/benchmarks.md).
+//
+// So an array of min_bytes or more is mapped on its own, 2 MiB-aligned, rounded up to
+// 2 MiB, and marked MADV_HUGEPAGE, which the kernel honours when transparent huge pages
+// are "always" or "madvise" (Debian's default); with "never" it is plain memory. The
+// cost is at most 2 MiB of resident memory more than the array's own, a bound that is
+// why smaller arrays stay with std::allocator. Elsewhere than Linux, and under
+// AddressSanitizer (whose checks stop at memory it did not allocate), everything does.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <new>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CKPT_HUGE_PAGES 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CKPT_HUGE_PAGES 0
+#endif
+#endif
+#if !defined(CKPT_HUGE_PAGES)
+#if defined(__linux__)
+#define CKPT_HUGE_PAGES 1
+#else
+#define CKPT_HUGE_PAGES 0
+#endif
+#endif
+
+#if CKPT_HUGE_PAGES
+#include <sys/mman.h>
+#endif
+
+namespace ckpt::detail {
+
+inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
+
+template <class T>
+struct HugePageAllocator {
+  using value_type = T;
+  // Arrays at least this large go on huge pages: at most 4x the array's bytes resident.
+  static constexpr std::size_t min_bytes = std::size_t{512} << 10;
+
+  HugePageAllocator() = default;
+  template <class U>
+  HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
+
+  T* allocate(std::size_t n) {
+    if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) throw std::bad_array_new_length();
+#if CKPT_HUGE_PAGES
+    if (n * sizeof(T) >= min_bytes) return static_cast<T*>(map(n * sizeof(T)));
+#endif
+    return std::allocator<T>{}.allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+#if CKPT_HUGE_PAGES
+    if (n * sizeof(T) >= min_bytes) {
+      ::munmap(p, mapped_bytes(n * sizeof(T)));
+      return;
+    }
+#endif
+    std::allocator<T>{}.deallocate(p, n);
+  }
+
+  friend bool operator==(const HugePageAllocator&, const HugePageAllocator&) noexcept { return true; }
+
+ private:
+  static std::size_t mapped_bytes(std::size_t bytes) { return (bytes + huge_page_bytes - 1) & ~(huge_page_bytes - 1); }
+#if CKPT_HUGE_PAGES
+  // bytes rounded up to 2 MiB, at a 2 MiB boundary: mapped with 2 MiB to spare, whose
+  // unaligned ends are unmapped again.
+  static void* map(std::size_t bytes) {
+    const std::size_t size = mapped_bytes(bytes);
+    if (size < bytes || size + huge_page_bytes < size) throw std::bad_alloc();
+    void* raw = ::mmap(nullptr, size + huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw std::bad_alloc();
+    const auto start = reinterpret_cast<std::uintptr_t>(raw);
+    const auto aligned = (start + huge_page_bytes - 1) & ~std::uintptr_t{huge_page_bytes - 1};
+    if (aligned > start) ::munmap(raw, aligned - start);
+    if (const std::uintptr_t end = start + size + huge_page_bytes; end > aligned + size)
+      ::munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
+#if defined(MADV_HUGEPAGE)
+    (void)::madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);  // a hint: plain pages if refused
+#endif
+    return reinterpret_cast<void*>(aligned);
+  }
+#endif
+};
+
+}  // namespace ckpt::detail
+// end ckpt/detail/huge_page_allocator.hpp
 // begin ckpt/io/checksum.hpp
 // ckpt/io/checksum.hpp — xxh3-64 checksums: fast enough to verify at memory speed.
 //
@@ -2640,6 +2742,11 @@ struct IndexBox {
   std::vector<std::uint64_t> tiles{};
 };
 inline constexpr std::uint64_t box_piece = std::uint64_t{1} << 20;
+
+// An Index's entries: a vector whose buffer, from half a megabyte up (3,000 leaves),
+// lies on huge pages (detail/huge_page_allocator.hpp): the fresh memory of opening
+// 20,000 leaves costs a few faults instead of 830.
+using IndexEntries = std::vector<IndexEntry, detail::HugePageAllocator<IndexEntry>>;
 // The xxh3 of each box_piece bytes of a box larger than one piece (else none: the box's
 // own checksum covers it), so that a reader of part of a box verifies what it reads.
 inline std::vector<std::uint64_t> box_piece_checksums(std::span<const std::byte> bytes) {
@@ -2747,12 +2854,18 @@ class Index {
  public:
   // Throws CorruptCheckpointError when a path appears twice, or is both a leaf and an
   // inner node (a.b and a.b.c both leaves).
+  Index(std::string checkpoint, IndexInfo info, IndexEntries entries, std::shared_ptr<const IndexReader> reader,
+        std::shared_ptr<const void> keep_alive);
+  // The same from a plain vector (its entries are moved).
   Index(std::string checkpoint, IndexInfo info, std::vector<IndexEntry> entries,
-        std::shared_ptr<const IndexReader> reader, std::shared_ptr<const void> keep_alive);
+        std::shared_ptr<const IndexReader> reader, std::shared_ptr<const void> keep_alive)
+      : Index(std::move(checkpoint), std::move(info),
+              IndexEntries(std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end())),
+              std::move(reader), std::move(keep_alive)) {}
 
   const std::string& checkpoint() const noexcept { return checkpoint_; }
   const IndexInfo& info() const noexcept { return info_; }
-  const std::vector<IndexEntry>& entries() const noexcept { return entries_; }
+  const IndexEntries& entries() const noexcept { return entries_; }
 
   const IndexEntry* find(const Path& p) const;
   // True when some leaf lies at or under p.
@@ -2823,7 +2936,7 @@ class Index {
 
   std::string checkpoint_;
   IndexInfo info_;
-  std::vector<IndexEntry> entries_;
+  IndexEntries entries_;
   // Entry numbers in path order (path_less): lookups are binary searches, and a subtree
   // is a range. A sorted vector rather than a map: no copy of any path, and opening
   // 20,000 leaves builds it in one pass when the writer's order is already path order
@@ -3057,7 +3170,7 @@ inline std::vector<std::uint64_t> tile_checksums(std::span<const std::byte> byte
 namespace ckpt {
 
 #if CKPT_DEFINE_API
-CKPT_API Index::Index(std::string checkpoint, IndexInfo info, std::vector<IndexEntry> entries,
+CKPT_API Index::Index(std::string checkpoint, IndexInfo info, IndexEntries entries,
                       std::shared_ptr<const IndexReader> reader, std::shared_ptr<const void> keep_alive)
     : checkpoint_(std::move(checkpoint)),
       info_(std::move(info)),
@@ -3647,62 +3760,6 @@ constexpr std::string_view type_name() noexcept {
 
 }  // namespace ckpt::detail
 // end ckpt/detail/type_name.hpp
-// begin ckpt/io/prefault.hpp
-// ckpt/io/prefault.hpp — mapping the pages of a large fresh buffer on a second thread.
-//
-// Opening a checkpoint of 20,000 leaves builds 20,000 index entries (3.4 MB), and a
-// save builds as many; that memory is fresh, and on a virtual machine the first touch
-// of each page traps to the hypervisor, which backs it. On this project's Firecracker
-// VM that was ~14 us a page, more than the work that fills the page. PrefaultAhead asks
-// the kernel to map the pages (madvise MADV_POPULATE_WRITE, Linux 5.14) on a thread of
-// its own while the caller fills them front to back, so that the two costs overlap
-// instead of adding up: a fresh-memory restore of 20,000 x 4 KiB leaves went from a
-// median 32-40 ms to 25-32 ms. Mapping a page changes none of its bytes, so the caller
-// may write the range meanwhile. Where the kernel lacks the call it does nothing.
-
-#include <algorithm>
-#include <cstddef>
-#include <cstdint>
-#include <thread>
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
-namespace ckpt::io {
-
-class PrefaultAhead {
- public:
-  // Ranges smaller than this are not worth a thread.
-  static constexpr std::size_t min_bytes = std::size_t{1} << 20;
-
-  // [p, p + n): memory the caller owns and is about to fill (a vector's reserved
-  // capacity). Only whole pages inside it are touched. Must be destroyed (it joins its
-  // thread) before the memory is freed: declare it after the buffer.
-  PrefaultAhead(const void* p, std::size_t n) {
-#if defined(MADV_POPULATE_WRITE)
-    constexpr std::uintptr_t page = 4096;
-    const auto first = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
-    const auto last = (reinterpret_cast<std::uintptr_t>(p) + n) & ~(page - 1);
-    if (last <= first || last - first < min_bytes) return;
-    thread_ = std::jthread([first, last] {
-      constexpr std::uintptr_t step = std::uintptr_t{256} << 10;  // stays ahead of the filling thread
-      for (auto at = first; at < last; at += step)
-        if (::madvise(reinterpret_cast<void*>(at), std::min(step, last - at), MADV_POPULATE_WRITE) != 0) return;
-    });
-#else
-    (void)p, (void)n;
-#endif
-  }
-  PrefaultAhead(const PrefaultAhead&) = delete;
-  PrefaultAhead& operator=(const PrefaultAhead&) = delete;
-
- private:
-  std::jthread thread_;
-};
-
-}  // namespace ckpt::io
-// end ckpt/io/prefault.hpp
 // begin ckpt/tree/edit.hpp
 // ckpt/tree/edit.hpp — the edits a transform makes to a flat list of leaves.
 //
@@ -3721,8 +3778,8 @@ namespace ckpt::detail {
 
 // Moves the leaf or every leaf of the subtree at `from` to lie at `to`; returns how many
 // moved. Renaming what is not there is a MissingLeafError (a misspelt path, most often).
-template <class Leaf, class PathOf>
-std::size_t rename_leaves(std::vector<Leaf>& leaves, PathOf path_of, const std::string& checkpoint,
+template <class Leaf, class Alloc, class PathOf>
+std::size_t rename_leaves(std::vector<Leaf, Alloc>& leaves, PathOf path_of, const std::string& checkpoint,
                           std::string_view from, std::string_view to) {
   const Path f = Path::parse(from), t = Path::parse(to);
   std::size_t n = 0;
@@ -3740,8 +3797,8 @@ std::size_t rename_leaves(std::vector<Leaf>& leaves, PathOf path_of, const std::
 
 // Removes the leaf or subtree at `path`; returns how many leaves went (0 is no error:
 // the transform may run on checkpoints that never had it).
-template <class Leaf, class PathOf>
-std::size_t erase_leaves(std::vector<Leaf>& leaves, PathOf path_of, std::string_view path) {
+template <class Leaf, class Alloc, class PathOf>
+std::size_t erase_leaves(std::vector<Leaf, Alloc>& leaves, PathOf path_of, std::string_view path) {
   const Path p = Path::parse(path);
   const auto before = leaves.size();
   std::erase_if(leaves, [&](Leaf& l) { return path_of(l).starts_with(p); });
@@ -3749,8 +3806,8 @@ std::size_t erase_leaves(std::vector<Leaf>& leaves, PathOf path_of, std::string_
 }
 
 // Puts `leaf` at its path, replacing a leaf that is there.
-template <class Leaf, class PathOf>
-void set_leaf(std::vector<Leaf>& leaves, PathOf path_of, Leaf leaf) {
+template <class Leaf, class Alloc, class PathOf>
+void set_leaf(std::vector<Leaf, Alloc>& leaves, PathOf path_of, Leaf leaf) {
   const Path p = path_of(leaf);
   std::erase_if(leaves, [&](Leaf& l) { return path_of(l) == p; });
   leaves.push_back(std::move(leaf));
@@ -3794,7 +3851,8 @@ class SnapshotBuffer {
 };
 
 struct Snapshot {
-  std::vector<SnapshotLeaf> leaves;
+  // On huge pages from half a megabyte up (5,000 leaves): detail/huge_page_allocator.hpp.
+  std::vector<SnapshotLeaf, detail::HugePageAllocator<SnapshotLeaf>> leaves;
   std::string type_name;  // the saving C++ type, for people
   Schema schema;          // the saving type's schema
   std::uint64_t fingerprint = 0;
@@ -3883,7 +3941,6 @@ Snapshot take_snapshot(const T& value) {
   walk(value, p, count);
   s.leaves.reserve(count.n);
   {
-    const io::PrefaultAhead prefault(s.leaves.data(), count.n * sizeof(SnapshotLeaf));  // joined at the brace
     detail::SnapshotBuilder b{s};
     walk(value, p, b);
   }
@@ -4286,7 +4343,7 @@ class Tree {
   std::shared_ptr<const Index> to_index() const {
     if (!dirty_) return index_;
     auto leaves = std::make_shared<std::vector<Leaf>>(leaves_);
-    std::vector<IndexEntry> entries;
+    IndexEntries entries;
     entries.reserve(leaves->size());
     for (const auto& l : *leaves) {
       IndexEntry e;
@@ -4506,6 +4563,7 @@ struct native {
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -4689,8 +4747,10 @@ class Reader {
 
 // Reads msgpack one value at a time, straight from the bytes, without building an
 // object tree: what a native manifest is decoded with (for 20,000 leaves, msgpack-cxx's
-// tree was a third of opening the checkpoint). Meant for bytes check_msgpack_counts has
-// passed, it still checks every length against the bytes left. Its errors read like
+// tree was a third of opening the checkpoint). It needs no check_msgpack_counts first:
+// it checks every length, and every container's count, against the bytes left (an
+// item takes a byte at least), so that a count sizes nothing larger than the bytes
+// could hold, and it nests to max_msgpack_depth at most. Its errors read like
 // Reader's ("shape: expected an integer") and go through the Reader in use, so that
 // they name the checkpoint, the file and the leaf.
 class Cursor {
@@ -4705,19 +4765,29 @@ class Cursor {
   std::size_t left() const noexcept { return size_ - at_; }
 
   bool next_is_nil() const { return peek() == 0xc0; }
+  // Consumes the N - 1 bytes of the literal `raw` when the bytes at the cursor are
+  // exactly those (a key as a known writer encodes it); else consumes nothing. Its
+  // length known here, the comparison compiles to a few loads.
+  template <std::size_t N>
+  bool take_if(const char (&raw)[N]) noexcept {
+    constexpr std::size_t n = N - 1;
+    if (n > left() || std::memcmp(p_ + at_, raw, n) != 0) return false;
+    at_ += n;
+    return true;
+  }
 
   // A map header: the number of key-value pairs that follow.
   std::uint32_t map(std::string_view what) {
     const unsigned char b = peek();
-    if (b >= 0x80 && b <= 0x8f) return header(0, b & 0x0fu);
-    if (b == 0xde || b == 0xdf) return header(b == 0xde ? 2 : 4, 0);
+    if (b >= 0x80 && b <= 0x8f) return header(0, b & 0x0fu, 2);
+    if (b == 0xde || b == 0xdf) return header(b == 0xde ? 2 : 4, 0, 2);
     r_->fail(what.empty() ? std::string("expected a map") : std::string(what) + ": expected a map");
   }
   // An array header: the number of items that follow.
   std::uint32_t array(std::string_view what) {
     const unsigned char b = peek();
-    if (b >= 0x90 && b <= 0x9f) return header(0, b & 0x0fu);
-    if (b == 0xdc || b == 0xdd) return header(b == 0xdc ? 2 : 4, 0);
+    if (b >= 0x90 && b <= 0x9f) return header(0, b & 0x0fu, 1);
+    if (b == 0xdc || b == 0xdd) return header(b == 0xdc ? 2 : 4, 0, 1);
     r_->fail(std::string(what) + ": expected an array");
   }
   // A string or a binary (as Reader::view takes either), where its bytes lie.
@@ -4810,10 +4880,13 @@ class Cursor {
     for (std::size_t i = 0; i < n; ++i) v = (v << 8) | q[i];
     return v;
   }
-  // Consumes a container header: its count in the header byte, or in len_bytes after it.
-  std::uint32_t header(std::size_t len_bytes, std::uint32_t count) {
+  // Consumes a container header: its count in the header byte, or in len_bytes after it;
+  // each of the count items is at least per_item values of a byte or more.
+  std::uint32_t header(std::size_t len_bytes, std::uint32_t count, std::uint64_t per_item) {
     ++at_;
-    return len_bytes ? static_cast<std::uint32_t>(be(len_bytes)) : count;
+    if (len_bytes) count = static_cast<std::uint32_t>(be(len_bytes));
+    if (count * per_item > left()) r_->fail("malformed msgpack: a container claims more items than the bytes left");
+    return count;
   }
   // Any integer encoding, consumed (v holds the value as two's complement); sign::none
   // and nothing consumed when the value is not an integer.
@@ -5339,7 +5412,7 @@ inline std::uint64_t chunk_list_xxh3(const std::vector<std::uint64_t>& chunks) {
 // Packs the manifest into out, which takes it piece by piece (write(const char*, n)):
 // a vector (encode_manifest) or a data object through a buffer (write_manifest).
 template <class Out>
-void encode_manifest_into(Out& out, const IndexInfo& info, const std::vector<IndexEntry>& entries) {
+void encode_manifest_into(Out& out, const IndexInfo& info, std::span<const IndexEntry> entries) {
   msgpack::packer<Out> pk(out);
   auto str = [&](std::string_view s) {
     pk.pack_str(static_cast<std::uint32_t>(s.size()));
@@ -5439,7 +5512,7 @@ void encode_manifest_into(Out& out, const IndexInfo& info, const std::vector<Ind
 
 // The manifest as bytes in memory, packed straight into the vector it is returned in,
 // reserved for its size (inline bytes, plus about 160 bytes a leaf).
-inline std::vector<char> encode_manifest(const IndexInfo& info, const std::vector<IndexEntry>& entries) {
+inline std::vector<char> encode_manifest(const IndexInfo& info, std::span<const IndexEntry> entries) {
   std::vector<char> out;
   std::size_t estimate = 4096;
   for (const auto& s : info.schema) estimate += s.path.size() + 32;
@@ -5466,7 +5539,7 @@ struct CommitRecord {
 // the writers use: a 20,000-leaf manifest is 2 MB, which a save would otherwise allocate
 // and fill whole, fresh memory every save (on this VM ~14 us a page: ~7 ms a save).
 inline CommitRecord write_manifest(storage::ObjectWriter& out, const IndexInfo& info,
-                                   const std::vector<IndexEntry>& entries) {
+                                   std::span<const IndexEntry> entries) {
   constexpr std::size_t capacity = std::size_t{256} << 10;
   struct Sink {
     explicit Sink(storage::ObjectWriter& o) : out(o) {}
@@ -5534,7 +5607,7 @@ inline void check_manifest(std::span<const std::byte> manifest, const CommitReco
 // box's of a boxed leaf, each passed to fn in manifest order. Both openers (a
 // directory, an object store) bound these.
 template <class Fn>
-void for_each_stored(const std::vector<IndexEntry>& entries, Fn&& fn) {
+void for_each_stored(std::span<const IndexEntry> entries, Fn&& fn) {
   for (const auto& e : entries) {
     if (e.boxes.empty()) fn(e);
     for (const auto& b : e.boxes) fn(b.bytes);
@@ -5657,6 +5730,73 @@ inline void decode_boxes(detail::mp::Cursor& c, IndexEntry& e) {
   }
 }
 
+// What is wrong with a leaf's shape (of `elements` elements, >= 0) for its dtype (named
+// dt in the manifest) and length; "" when nothing.
+inline std::string leaf_shape_fault(const IndexEntry& e, std::int64_t elements, std::string_view dt) {
+  if (is_numeric(e.type)) {
+    if (static_cast<std::uint64_t>(elements) > e.length / dtype_size(e.type) + 1 ||
+        static_cast<std::uint64_t>(elements) * dtype_size(e.type) != e.length)
+      return "shape " + shape_str(e.shape) + " of " + std::string(dt) + " needs " + std::to_string(elements) +
+             " elements but " + std::to_string(e.length) + " bytes are recorded";
+  } else if (e.type == dtype::none && e.length != 0) {
+    return "an empty node has bytes";
+  } else if (e.type == dtype::string && !e.shape.empty()) {
+    return "string leaves must be scalars";
+  }
+  return {};
+}
+
+// A leaf as this library's writer lays it out (encode_manifest_into): a map of eight
+// keys in the writer's order, its bytes whole in a data file, raw. Read front to back,
+// each key compared with the bytes the writer puts there, with the checks decode_leaf
+// makes: opening 20,000 leaves spent more in MapFields' key lookups than in anything
+// else. Any other leaf (keys in another order or added, an inline scalar, chunk
+// checksums, boxes) and any fault returns false with e cleared and the cursor back at
+// the leaf, for decode_leaf's general reading, whose error then names the fault.
+inline bool decode_leaf_as_written(detail::mp::Cursor& c, IndexEntry& e) {
+  // Each key as msgpack's fixstr (0xa0 + its length, then its bytes).
+  const auto key = [&](const auto& encoded) { return c.take_if(encoded); };
+  const auto read = [&] {
+    if (!key("\x88\xa4path")) return false;  // a map of eight, its first key
+    {
+      const std::uint32_t n = c.array("path");
+      std::vector<std::string> segs;
+      segs.reserve(n);  // n <= the bytes left: Cursor::array checks
+      for (std::uint32_t i = 0; i < n; ++i) segs.emplace_back(c.str("path segment"));
+      e.path = Path(std::move(segs));
+    }
+    if (!key("\xa5" "dtype")) return false;
+    const std::string_view dt = c.str("dtype");
+    const auto d = dtype_from_name(dt);
+    if (!d || !key("\xa5" "shape")) return false;
+    e.type = *d;
+    const std::uint32_t rank = c.array("shape");
+    e.shape.reserve(rank);
+    for (std::uint32_t k = 0; k < rank; ++k) e.shape.push_back(c.i64("shape"));
+    const std::int64_t elements = element_count(e.shape);
+    if (elements < 0 || !key("\xa4" "file")) return false;
+    const std::string_view file = c.string_if(true, false);  // nil: an inline leaf, read the long way
+    if (!file.data() || !is_data_file_name(file) || !key("\xa6" "offset")) return false;
+    e.file = file;
+    e.offset = c.u64("offset");
+    if (!key("\xa6" "length")) return false;
+    e.length = c.u64("length");
+    if (!key("\xa4" "xxh3")) return false;
+    e.checksum = c.u64("xxh3");
+    if (!key("\xa5" "codec" "\xa3" "raw") || !leaf_shape_fault(e, elements, dt).empty()) return false;
+    e.codec = "raw";
+    return true;
+  };
+  const std::size_t start = c.pos();
+  try {
+    if (read()) return true;
+  } catch (const CorruptCheckpointError&) {  // malformed: decode_leaf says how
+  }
+  c.seek(start);
+  e = IndexEntry{};
+  return false;
+}
+
 // One leaf of the manifest's "leaves", decoded into e and checked; errors name it (lr).
 inline void decode_leaf(detail::mp::Cursor& c, detail::mp::Reader& lr, const IndexInfo& info, IndexEntry& e) {
   detail::mp::MapFields l(c, keys::leaf);
@@ -5691,16 +5831,7 @@ inline void decode_leaf(detail::mp::Cursor& c, detail::mp::Reader& lr, const Ind
   l.read_past(keys::length);
   e.checksum = l.at(keys::xxh3).u64("xxh3");
   l.read_past(keys::xxh3);
-  if (is_numeric(e.type)) {
-    if (static_cast<std::uint64_t>(elements) > e.length / dtype_size(e.type) + 1 ||
-        static_cast<std::uint64_t>(elements) * dtype_size(e.type) != e.length)
-      fail("shape " + shape_str(e.shape) + " of " + std::string(dt) + " needs " + std::to_string(elements) +
-           " elements but " + std::to_string(e.length) + " bytes are recorded");
-  } else if (e.type == dtype::none && e.length != 0) {
-    fail("an empty node has bytes");
-  } else if (e.type == dtype::string && !e.shape.empty()) {
-    fail("string leaves must be scalars");
-  }
+  if (const std::string fault = leaf_shape_fault(e, elements, dt); !fault.empty()) fail(fault);
   if (auto* boxes = l.find(keys::boxes)) {
     decode_boxes(*boxes, e);
     l.finish();
@@ -5727,11 +5858,8 @@ inline void decode_leaf(detail::mp::Cursor& c, detail::mp::Reader& lr, const Ind
 // field, since the marker only proves the manifest is the one the writer wrote. Read
 // with a Cursor, straight from the bytes: the entries' inline bytes point into `bytes`,
 // which the caller keeps alive as long as the entries.
-inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint,
-                                               IndexInfo& info) {
-  if (const std::string bad = detail::mp::check_msgpack_counts(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
-      !bad.empty())
-    throw CorruptCheckpointError(checkpoint, "", "manifest: malformed msgpack: " + bad);
+inline IndexEntries decode_manifest_fields(std::span<const std::byte> bytes, const std::string& checkpoint,
+                                          IndexInfo& info) {
   const detail::mp::Reader r(checkpoint, "manifest");
   detail::mp::Cursor c(bytes, r);
   detail::mp::MapFields root(c, keys::root);
@@ -5754,21 +5882,42 @@ inline std::vector<IndexEntry> decode_manifest(std::span<const std::byte> bytes,
     }
   }
 
+  // No more than the bytes left (Cursor::array checks): what is reserved stays within
+  // sizeof(IndexEntry) times the manifest's size, and is mapped only as it is filled.
   const std::uint32_t count = root.at(keys::leaves).array("leaves");
-  std::vector<IndexEntry> entries;
+  IndexEntries entries;
   entries.reserve(count);
-  const io::PrefaultAhead prefault(entries.data(), count * sizeof(IndexEntry));  // joined before entries go
   detail::mp::Reader lr = r.at_path("");  // names each leaf in turn (name_leaf)
   for (std::uint32_t i = 0; i < count; ++i) {
     c.use(r);
-    decode_leaf(c, lr, info, entries.emplace_back());  // reserved: the leaf lr names stays put
+    IndexEntry& e = entries.emplace_back();  // reserved: the leaf lr names stays put
+    if (!decode_leaf_as_written(c, e)) decode_leaf(c, lr, info, e);
   }
+  c.use(r);
   root.read_past(keys::leaves);
   // Looked up after the leaves: writers put it before them, and an absent key is looked
   // for to the map's end, which would step over every leaf first.
   if (auto* p = root.find(keys::processes)) info.processes = p->u64("processes");
   root.finish();
+  if (c.left() != 0) r.fail("malformed msgpack: " + std::to_string(c.left()) + " bytes after the end");
   return entries;
+}
+
+// decode_manifest_fields, and when it fails on bytes that are not msgpack at all, the
+// reason they are not (check_msgpack_counts' message, naming what is malformed rather
+// than which field met it). The Cursor needs no such walk first: it bounds every count
+// by the bytes left. The walk was an eighth of opening 20,000 leaves; now only a
+// broken manifest pays for it.
+inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint, IndexInfo& info) {
+  try {
+    return decode_manifest_fields(bytes, checkpoint, info);
+  } catch (const CorruptCheckpointError&) {
+    if (const std::string bad =
+            detail::mp::check_msgpack_counts(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+        !bad.empty())
+      throw CorruptCheckpointError(checkpoint, "", "manifest: malformed msgpack: " + bad);
+    throw;
+  }
 }
 
 }  // namespace ckpt::native_format
@@ -6822,7 +6971,7 @@ class Reader final : public IndexReader {
         end = e.offset + e.length;
       }
       const auto& [f, name] = files_.at(first.file);
-      const std::span<std::byte> run(bounce.bytes.get(), static_cast<std::size_t>(end - first.offset));
+      const std::span<std::byte> run(bounce.bytes, static_cast<std::size_t>(end - first.offset));
       try {
         io::pread_exact(f, run, first.offset, name);
       } catch (const Error&) {
@@ -6942,30 +7091,47 @@ class Reader final : public IndexReader {
     fs::path name;
   };
   std::map<std::string, DataFile> files_;
-  // read_group's buffers: taken by a call, given back when it ends.
+  // read_group's buffers: taken by a call, given back when it ends. The first ones are
+  // cut from one slab of 2 MiB (slab_buffers of them, as many as a restore's reader
+  // threads), on a huge page: each fresh 256 KiB buffer was 64 page faults, which a
+  // restore of many small leaves paid on every open (detail/huge_page_allocator.hpp).
+  // Callers beyond those get buffers of their own.
+  static constexpr std::size_t slab_buffers = detail::huge_page_bytes / bounce_bytes;
   struct BounceBuffer {
     explicit BounceBuffer(const Reader& r) : reader(r) {
-      {
-        const std::lock_guard lock(r.bounce_mutex_);
-        if (!r.bounces_.empty()) {
-          bytes = std::move(r.bounces_.back());
-          r.bounces_.pop_back();
-          return;
-        }
+      const std::lock_guard lock(r.bounce_mutex_);
+      if (!r.bounces_.empty()) {
+        bytes = r.bounces_.back();
+        r.bounces_.pop_back();
+        return;
       }
-      bytes = std::make_unique_for_overwrite<std::byte[]>(bounce_bytes);
+      if (!r.slab_) {
+        r.slab_ = Slab(detail::HugePageAllocator<std::byte>{}.allocate(detail::huge_page_bytes));
+        for (std::size_t k = 1; k < slab_buffers; ++k) r.bounces_.push_back(r.slab_.get() + k * bounce_bytes);
+        bytes = r.slab_.get();
+        return;
+      }
+      bytes = r.own_bounces_.emplace_back(std::make_unique_for_overwrite<std::byte[]>(bounce_bytes)).get();
     }
     BounceBuffer(const BounceBuffer&) = delete;
     BounceBuffer& operator=(const BounceBuffer&) = delete;
     ~BounceBuffer() {
       const std::lock_guard lock(reader.bounce_mutex_);
-      reader.bounces_.push_back(std::move(bytes));
+      reader.bounces_.push_back(bytes);
     }
     const Reader& reader;
-    std::unique_ptr<std::byte[]> bytes = nullptr;
+    std::byte* bytes = nullptr;
   };
+  struct FreeSlab {
+    void operator()(std::byte* p) const noexcept {
+      detail::HugePageAllocator<std::byte>{}.deallocate(p, detail::huge_page_bytes);
+    }
+  };
+  using Slab = std::unique_ptr<std::byte[], FreeSlab>;
   mutable std::mutex bounce_mutex_;
-  mutable std::vector<std::unique_ptr<std::byte[]>> bounces_;
+  mutable Slab slab_;
+  mutable std::vector<std::unique_ptr<std::byte[]>> own_bounces_;  // beyond the slab's
+  mutable std::vector<std::byte*> bounces_;                        // free ones, of either
 };
 
 inline bool detect(const fs::path& dir) {
@@ -7018,7 +7184,7 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
   check_manifest(*manifest, commit, ckpt);
 
   IndexInfo info;
-  std::vector<IndexEntry> entries = decode_manifest(*manifest, ckpt, info);
+  IndexEntries entries = decode_manifest(*manifest, ckpt, info);
   // The size of each data object. Neighbouring leaves share their file: each looks up
   // its file's slot only when its name differs from the one before (20,000 map lookups
   // by string were half a millisecond of opening 20,000 leaves, twice), and no list of
@@ -7202,7 +7368,7 @@ class BoxTiles {
 // After the writer has stored every leaf whole: the entries of Sharded leaves become
 // boxed entries (the global shape, one box holding what was written). tiles: their
 // tile checksums, hashed while the writer wrote (null: hashed here).
-inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, std::vector<IndexEntry>& entries,
+inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, IndexEntries& entries,
                                 BoxTiles* tiles = nullptr) {
   for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
     const SnapshotLeaf& l = snap.leaves[i];
@@ -7341,7 +7507,7 @@ inline unsigned data_file_count(const SaveOptions& opt, std::size_t large_leaves
 // inline with its checksum, the others listed in `large` for the data files. The one
 // plan of the native writers (this one, on every storage; the incremental one; ckpt::mpi's).
 struct EntryPlan {
-  std::vector<IndexEntry> entries;
+  IndexEntries entries;
   std::vector<std::size_t> large;  // indices of the leaves that go to data files
   std::uint64_t inline_bytes = 0;
   std::size_t inline_leaves = 0;
@@ -7349,7 +7515,6 @@ struct EntryPlan {
 inline EntryPlan plan_entries(const Snapshot& snap, const SaveOptions& opt) {
   EntryPlan plan;
   plan.entries.reserve(snap.leaves.size());
-  const io::PrefaultAhead prefault(plan.entries.data(), snap.leaves.size() * sizeof(IndexEntry));
   plan.large.reserve(snap.leaves.size());  // pages it does not fill are never touched
   for (std::size_t i = 0; i < snap.leaves.size(); ++i) {
     const auto& leaf = snap.leaves[i];
@@ -7375,7 +7540,7 @@ inline std::uint64_t aligned_length(std::uint64_t n) { return (n + alignment - 1
 // Spreads the large leaves over nfiles data files, biggest first onto the least loaded
 // file, and sets each entry's file and offset (leaves at `alignment` boundaries, in
 // snapshot order within a file). Returns the leaves of each file, in that order.
-inline std::vector<std::vector<std::size_t>> place_in_files(std::vector<IndexEntry>& entries,
+inline std::vector<std::vector<std::size_t>> place_in_files(IndexEntries& entries,
                                                             const std::vector<std::size_t>& large, std::size_t nfiles) {
   std::vector<std::vector<std::size_t>> per_file(nfiles);
   std::vector<std::uint64_t> load(nfiles, 0);
@@ -7420,7 +7585,7 @@ inline std::size_t stream_buffer_bytes(const SaveOptions& opt, unsigned files) {
 // Streamed leaves are read into a buffer of stream_buffer bytes and appended from it.
 // Progress counts bytes as they are appended when the storage writes them at once (a
 // file), else the caller counts the object's bytes after close() (an upload).
-inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, std::vector<IndexEntry>& entries,
+inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, IndexEntries& entries,
                             const std::vector<std::size_t>& leaves, exec::ProgressTracker* progress = nullptr,
                             std::size_t stream_buffer = std::size_t{16} << 20) {
   if (progress && !out.writes_at_once()) progress = nullptr;
@@ -7497,7 +7662,7 @@ inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, st
 
 // A data file written in place in a staging directory (ckpt::mpi's rank files, an
 // incremental save's shared file), fsynced before it returns.
-inline void write_data_file(const std::filesystem::path& file, const Snapshot& snap, std::vector<IndexEntry>& entries,
+inline void write_data_file(const std::filesystem::path& file, const Snapshot& snap, IndexEntries& entries,
                             const std::vector<std::size_t>& leaves, exec::ProgressTracker* progress = nullptr,
                             std::size_t stream_buffer = std::size_t{16} << 20) {
   storage::detail::FileWriter out(file, storage::Publish::in_place);
@@ -7513,7 +7678,7 @@ namespace ckpt::native_format {
 inline void write(const Snapshot& snap, const storage::Location& loc, const SaveOptions& opt) {
   exec::ProgressTracker progress(opt.progress, snap.total_bytes(), snap.leaves.size(), loc.url);  // issue 11
   auto plan = detail::native::plan_entries(snap, opt);
-  std::vector<IndexEntry>& entries = plan.entries;
+  IndexEntries& entries = plan.entries;
   const std::vector<std::size_t>& large = plan.large;
   if (progress.active() && plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
   const unsigned nfiles = detail::native::data_file_count(opt, large.size(), loc.storage->parallelism());
@@ -8007,7 +8172,7 @@ class ReadQueue final : public DeferredReads {
   // The small reads of one index, in the order they were pushed until run() sorts them.
   struct SmallReads {
     const Index* index;
-    std::vector<LeafRead> reads;
+    std::vector<LeafRead, detail::HugePageAllocator<LeafRead>> reads;  // 20,000: 640 KB, fresh
   };
   void group_small_leaves();
   // The jobs read as one stream (in file order) while a second thread verifies behind.
@@ -8171,7 +8336,7 @@ CKPT_API void ReadQueue::group_small_leaves() {
   for (SmallReads& s : small_) {
     // File order makes neighbours neighbours in a group, which the reader then fetches
     // with one read; a list of leaves is pushed in this order already (one run: no sort).
-    std::vector<LeafRead>& reads = s.reads;
+    auto& reads = s.reads;
     detail::stable_sort_runs(reads.begin(), reads.end(), [](const LeafRead& a, const LeafRead& b) {
       return std::tuple(std::string_view(a.entry->file), a.entry->offset) <
              std::tuple(std::string_view(b.entry->file), b.entry->offset);
@@ -9545,7 +9710,7 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
   const auto previous = linkable_leaves(base);
 
   auto plan = detail::native::plan_entries(snap, opt);
-  std::vector<IndexEntry>& entries = plan.entries;
+  IndexEntries& entries = plan.entries;
   const std::vector<std::size_t>& large = plan.large;
   result.bytes_written += plan.inline_bytes;
   if (plan.inline_leaves > 0) progress.add(plan.inline_bytes, plan.inline_leaves);
@@ -13443,7 +13608,7 @@ class IndexBuilder {
   }
 
   std::string checkpoint_;
-  std::vector<IndexEntry> entries_;
+  IndexEntries entries_;
   std::vector<Stored> stored_;
   std::shared_ptr<std::deque<std::string>> strings_ = std::make_shared<std::deque<std::string>>();
   std::vector<std::shared_ptr<const void>> keep_;
@@ -17638,7 +17803,7 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
 
   proto::BundleHeader header;
   bool have_header = false;
-  std::vector<IndexEntry> out;
+  IndexEntries out;
   std::vector<bd::Stored> stored;
   std::map<std::string, std::span<const std::byte>> slice_values;
   std::map<std::pair<std::string, std::uint64_t>, bd::Stored> slices;
