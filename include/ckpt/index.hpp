@@ -79,6 +79,7 @@ inline constexpr std::uint64_t box_piece = std::uint64_t{1} << 20;
 // lies on huge pages (detail/huge_page_allocator.hpp): the fresh memory of opening
 // 20,000 leaves costs a few faults instead of 830.
 using IndexEntries = std::vector<IndexEntry, detail::HugePageAllocator<IndexEntry>>;
+
 // The xxh3 of each box_piece bytes of a box larger than one piece (else none: the box's
 // own checksum covers it), so that a reader of part of a box verifies what it reads.
 inline std::vector<std::uint64_t> box_piece_checksums(std::span<const std::byte> bytes) {

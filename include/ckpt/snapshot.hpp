@@ -16,9 +16,9 @@
 #include <string_view>
 #include <vector>
 
+#include <ckpt/detail/huge_page_allocator.hpp>
 #include <ckpt/detail/out_of_line.hpp>
 #include <ckpt/detail/type_name.hpp>
-#include <ckpt/detail/huge_page_allocator.hpp>
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/tree/edit.hpp>
 #include <ckpt/tree/schema.hpp>
