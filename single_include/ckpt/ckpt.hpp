@@ -1875,7 +1875,9 @@ struct leaf_codec<lazy<U>> {
 // 2 MiB, and marked MADV_HUGEPAGE, which the kernel honours when transparent huge pages
 // are "always" or "madvise" (Debian's default); with "never" it is plain memory. The
 // cost is at most 2 MiB of resident memory more than the array's own, a bound that is
-// why smaller arrays stay with std::allocator. Elsewhere than Linux, and under
+// why smaller arrays stay with std::allocator; and where free memory is fragmented, the
+// first touch of a 2 MiB page may wait while the kernel compacts memory for it (THP's
+// "defrag" setting), or fall back to 4 KiB pages. Elsewhere than Linux, and under
 // AddressSanitizer (whose checks stop at memory it did not allocate), everything does.
 
 #include <cstddef>
