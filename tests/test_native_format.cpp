@@ -199,6 +199,7 @@ TEST_CASE("files not in the page cache are read as one stream and verified behin
   struct Cold {
     std::vector<float> big;                        // 20 MiB: read in parts
     std::vector<std::vector<float>> mid;           // 1.5 MiB each: whole, chunk checksums
+    std::vector<std::vector<float>> odd;           // 400,004 bytes each: padding between them, read by one preadv
     std::vector<std::vector<std::int32_t>> small;  // 4.4 KB each: read in groups
     std::int32_t step = 7;                         // inline
   } c;
@@ -206,6 +207,7 @@ TEST_CASE("files not in the page cache are read as one stream and verified behin
   for (std::size_t i = 0; i < c.big.size(); ++i) c.big[i] = static_cast<float>(i % 9973) * 0.25f;
   for (int k = 0; k < 3; ++k) c.mid.emplace_back(std::size_t{3} << 17, static_cast<float>(k) + 0.5f);
   for (int k = 0; k < 200; ++k) c.small.emplace_back(1100, k);
+  for (int k = 0; k < 3; ++k) c.odd.emplace_back(100001, static_cast<float>(k) - 9.0f);
   const std::filesystem::path dir = tmp / "c";
   ckpt::save(dir, c);
   const auto drop_cache = [&] {
@@ -250,9 +252,11 @@ TEST_CASE("files not in the page cache are read as one stream and verified behin
   back.big.resize(c.big.size());
   back.mid.assign(3, std::vector<float>(std::size_t{3} << 17));
   back.small.assign(200, std::vector<std::int32_t>(1100));
+  back.odd.assign(3, std::vector<float>(100001));
   ckpt::restore_into(dir, back);
   CHECK(back.big == c.big);
   CHECK(back.mid == c.mid);
+  CHECK(back.odd == c.odd);
   CHECK(back.small == c.small);
   CHECK(back.step == 7);
 
@@ -283,6 +287,9 @@ TEST_CASE("files not in the page cache are read as one stream and verified behin
   flip("small.123", 17);
   fails_naming("small.123", "checksum mismatch");
   flip("small.123", 17);  // flipped back
+  flip("odd.1", 400003);   // the last byte before the padding
+  fails_naming("odd.1", "checksum mismatch");
+  flip("odd.1", 400003);
   flip("big", (std::uint64_t{13} << 20) + 5);  // in the second part, chunk 13
   fails_naming("big", "checksum mismatch in bytes [13631488, +1048576)");
 

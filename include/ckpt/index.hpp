@@ -105,6 +105,13 @@ struct LeafRange {
   std::span<std::byte> dst;
 };
 
+// A piece of a stored leaf (no boxes) to read: bytes [at, at + dst.size()) of *entry.
+struct PieceRead {
+  const IndexEntry* entry;
+  std::uint64_t at;
+  std::span<std::byte> dst;
+};
+
 // How a format fetches a leaf's bytes; it has checked the entry's bounds when opening.
 class IndexReader {
  public:
@@ -138,6 +145,14 @@ class IndexReader {
   // fewer calls where the reader can batch them (the native format: io/batch_read.hpp).
   virtual void read_ranges(const Index& index, const IndexEntry& e, std::span<const LeafRange> ranges) const {
     for (const LeafRange& r : ranges) read_range(index, e, r.at, r.dst);
+  }
+  // Reads pieces of stored leaves, unverified, given in the order they lie in the
+  // files: a restore's one stream through files that are not in the page cache
+  // (exec::ReadQueue). A reader whose leaves lie back to back overrides it to read
+  // neighbours with one call: the kernel then issues larger requests (the native
+  // format: a cold file read in 64 MiB calls took 0.9x the time of 4-16 MiB calls).
+  virtual void read_in_file_order(const Index& index, std::span<const PieceRead> pieces) const {
+    for (const PieceRead& p : pieces) read_range(index, *p.entry, p.at, p.dst);
   }
   // A reader for which many leaves are cheaper fetched together than one by one (an
   // object store: a few large ranged GETs instead of one request per leaf) says so here
@@ -248,6 +263,8 @@ class Index {
   // When !reads_pieces(e), buf must hold the whole leaf, read in one piece.
   void read_pieces(const IndexEntry& e, std::span<std::byte> buf, bool verify,
                    const std::function<void(std::uint64_t, std::span<const std::byte>)>& fn) const;
+  // Pieces of stored leaves in file order, unverified (IndexReader::read_in_file_order).
+  void read_in_file_order(std::span<const PieceRead> pieces) const { reader_->read_in_file_order(*this, pieces); }
   // Parts of a leaf, when reads_parts(e) (see IndexReader::read_part).
   bool reads_parts(const IndexEntry& e) const { return reader_->reads_parts(e); }
   void read_part(const IndexEntry& e, std::uint64_t offset, std::span<std::byte> dst, bool verify) const {

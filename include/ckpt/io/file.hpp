@@ -165,6 +165,26 @@ inline void pread_exact(const File& f, std::span<std::byte> dst, std::uint64_t o
   }
 }
 
+// Fills every buffer in turn with the file's bytes from offset on, in as few system
+// calls as the kernel allows; a short file is an error, as for pread_exact.
+inline void preadv_exact(const File& f, std::vector<iovec> iov, std::uint64_t offset, const fs::path& name) {
+  std::size_t first = 0;
+  while (first < iov.size() && iov[first].iov_len == 0) ++first;
+  while (first < iov.size()) {
+    const int count = static_cast<int>(std::min<std::size_t>(iov.size() - first, IOV_MAX));
+    const ssize_t n = ::preadv(f.fd(), iov.data() + first, count, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("read failed", name);
+    }
+    if (n == 0)
+      throw CorruptCheckpointError(name.string(), "", "file ends at byte " + std::to_string(offset) +
+                                                          ", before the bytes expected (truncated?)");
+    offset += static_cast<std::uint64_t>(n);
+    first = advance_iov(iov, first, static_cast<std::size_t>(n));
+  }
+}
+
 // Reads a whole small file, refusing one larger than max_bytes (and, unless
 // follow_symlink, a symbolic link: see File::open_read).
 inline std::vector<std::byte> read_file(const fs::path& p, std::uint64_t max_bytes, bool follow_symlink = false) {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -165,6 +166,42 @@ class Reader final : public IndexReader {
       io::pread_exact(f, dst, e.offset + at, name);
     } catch (const Error& err) {
       throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
+    }
+  }
+
+  // Pieces in file order (a restore's stream through an uncached checkpoint): each run
+  // of neighbours in one file is read with one preadv, the padding between leaves into
+  // a scratch page, so that the kernel sees reads as large as a plain read()'s.
+  void read_in_file_order(const Index& index, std::span<const PieceRead> pieces) const override {
+    std::array<std::byte, alignment> padding;
+    std::vector<iovec> iov;
+    for (std::size_t i = 0; i < pieces.size();) {
+      const IndexEntry& first = *pieces[i].entry;
+      if (first.file.empty()) {
+        read_range(index, first, pieces[i].at, pieces[i].dst);
+        ++i;
+        continue;
+      }
+      const std::uint64_t start = first.offset + pieces[i].at;
+      std::uint64_t end = start;
+      std::size_t k = i;
+      iov.clear();
+      for (; k < pieces.size(); ++k) {
+        const PieceRead& p = pieces[k];
+        const std::uint64_t at = p.entry->offset + p.at;
+        if (p.entry->file != first.file || at < end || at - end > alignment) break;
+        if (at > end) iov.push_back({padding.data(), static_cast<std::size_t>(at - end)});
+        iov.push_back({p.dst.data(), p.dst.size()});
+        end = at + p.dst.size();
+      }
+      try {
+        const auto& [f, name] = files_.at(first.file);
+        io::preadv_exact(f, std::move(iov), start, name);
+      } catch (const Error&) {
+        // Read them one by one, so that the error names the leaf at fault.
+        for (; i < k; ++i) read_range(index, *pieces[i].entry, pieces[i].at, pieces[i].dst);
+      }
+      i = k;
     }
   }
 
