@@ -19,7 +19,8 @@ struct leaf_codec<std::vector<E, A>> {
   }
   static void restore(std::vector<E, A>& v, const LeafSource& src) {
     const std::size_t n = detail::check_array_leaf(src, type, rank);
-    detail::check_dynamic_shape(src, {static_cast<std::int64_t>(v.size())}, v.size());
+    const auto length = static_cast<std::int64_t>(v.size());
+    detail::check_dynamic_shape(src, std::span(&length, 1), v.size());
     v.resize(n);
     detail::read_elements(src, v.data(), n);
   }
@@ -36,7 +37,8 @@ struct leaf_codec<std::vector<bool, A>> {
   }
   static void restore(std::vector<bool, A>& v, const LeafSource& src) {
     const std::size_t n = detail::check_array_leaf(src, type, rank);
-    detail::check_dynamic_shape(src, {static_cast<std::int64_t>(v.size())}, v.size());
+    const auto length = static_cast<std::int64_t>(v.size());
+    detail::check_dynamic_shape(src, std::span(&length, 1), v.size());
     std::vector<std::byte> bytes(n);
     src.read_as(dtype::bool_, bytes);
     detail::check_bool_bytes(src, reinterpret_cast<const bool*>(bytes.data()), n);
