@@ -162,6 +162,24 @@ TEST_CASE("small leaves are read in groups: each in its place, the padding skipp
     CHECK(err.path() == "ws.433");
     CHECK(std::string(err.what()).find("checksum mismatch") != std::string::npos);
   }
+  // Pushed in any order (here backwards, the files interleaved), the small reads are put
+  // in file order before they are grouped: as many read calls as in path order.
+  {
+    std::vector<std::vector<std::byte>> bytes(small.ws.size());
+    ckpt::exec::ReadQueue q;
+    for (std::size_t i = small.ws.size(); i-- > 0;) {
+      const ckpt::IndexEntry* leaf = index->find(ckpt::Path({"ws", std::to_string(i)}));
+      REQUIRE(leaf);
+      bytes[i].resize(leaf->length);
+      q.push(*index, *leaf, bytes[i], false);
+    }
+    const std::uint64_t before = test::read_calls();
+    q.run();
+    CHECK(test::read_calls() - before < buffers * 3 / 2 + 10);
+    for (std::size_t i = 0; i < small.ws.size(); ++i)
+      if (i != 433)
+        CHECK(std::memcmp(bytes[i].data(), small.ws[i].data(), bytes[i].size()) == 0);
+  }
   // Unverified, every other leaf is still right.
   ckpt::restore_into(tmp / "c", into, {.verify_checksums = false});
   for (std::size_t i = 0; i < small.ws.size(); ++i)
