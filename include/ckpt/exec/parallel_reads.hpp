@@ -290,10 +290,12 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
         } else if (!in_one_piece(j)) {
           index.read(*j.entry, j.dst, false);
         } else {
-          // Neighbouring pieces (cut_for_stream's) read together, up to a piece's size.
+          // Neighbouring pieces (cut_for_stream's) read together, up to a piece's size,
+          // and not into the stream's tail, whose pieces go to the verifier one by one.
           run.clear();
           std::size_t bytes = 0;
-          const std::size_t most = left > stream_tail_bytes ? stream_piece_bytes : stream_tail_piece_bytes;
+          const std::size_t most = left > stream_tail_bytes ? std::min(stream_piece_bytes, left - stream_tail_bytes)
+                                                            : stream_tail_piece_bytes;
           for (k = i; k < jobs_.size() && in_one_piece(jobs_[k]) && (k == i || bytes + jobs_[k].dst.size() <= most); ++k) {
             run.push_back({jobs_[k].entry, jobs_[k].offset, jobs_[k].dst});
             bytes += jobs_[k].dst.size();
