@@ -4802,8 +4802,9 @@ class Cursor {
 
   bool next_is_nil() const { return peek() == 0xc0; }
   // Consumes the N - 1 bytes of the literal `raw` when the bytes at the cursor are
-  // exactly those (a key as a known writer encodes it); else consumes nothing. Its
-  // length known here, the comparison compiles to a few loads.
+  // exactly those (a key as a known writer encodes it); else consumes nothing. (GCC 12
+  // calls memcmp for it; comparing unrolled bytes or 8-byte words instead counted more
+  // instructions under callgrind: docs/benchmarks.md, 2026-12-02, fifth.)
   template <std::size_t N>
   bool take_if(const char (&raw)[N]) noexcept {
     constexpr std::size_t n = N - 1;
@@ -5791,9 +5792,8 @@ inline std::string leaf_shape_fault(const IndexEntry& e, std::int64_t elements, 
 // the leaf, for decode_leaf's general reading, whose error then names the fault.
 inline bool decode_leaf_as_written(detail::mp::Cursor& c, IndexEntry& e) {
   // Each key as msgpack's fixstr (0xa0 + its length, then its bytes).
-  const auto key = [&](const auto& encoded) { return c.take_if(encoded); };
   const auto read = [&] {
-    if (!key("\x88\xa4path")) return false;  // a map of eight, its first key
+    if (!c.take_if("\x88\xa4path")) return false;  // a map of eight, its first key
     {
       const std::uint32_t n = c.array("path");
       std::vector<std::string> segs;
@@ -5801,25 +5801,25 @@ inline bool decode_leaf_as_written(detail::mp::Cursor& c, IndexEntry& e) {
       for (std::uint32_t i = 0; i < n; ++i) segs.emplace_back(c.str("path segment"));
       e.path = Path(std::move(segs));
     }
-    if (!key("\xa5" "dtype")) return false;
+    if (!c.take_if("\xa5" "dtype")) return false;
     const std::string_view dt = c.str("dtype");
     const auto d = dtype_from_name(dt);
-    if (!d || !key("\xa5" "shape")) return false;
+    if (!d || !c.take_if("\xa5" "shape")) return false;
     e.type = *d;
     const std::uint32_t rank = c.array("shape");
     e.shape.reserve(rank);
     for (std::uint32_t k = 0; k < rank; ++k) e.shape.push_back(c.i64("shape"));
     const std::int64_t elements = element_count(e.shape);
-    if (elements < 0 || !key("\xa4" "file")) return false;
+    if (elements < 0 || !c.take_if("\xa4" "file")) return false;
     const std::string_view file = c.string_if(true, false);  // nil: an inline leaf, read the long way
-    if (!file.data() || !is_data_file_name(file) || !key("\xa6" "offset")) return false;
+    if (!file.data() || !is_data_file_name(file) || !c.take_if("\xa6" "offset")) return false;
     e.file = file;
     e.offset = c.u64("offset");
-    if (!key("\xa6" "length")) return false;
+    if (!c.take_if("\xa6" "length")) return false;
     e.length = c.u64("length");
-    if (!key("\xa4" "xxh3")) return false;
+    if (!c.take_if("\xa4" "xxh3")) return false;
     e.checksum = c.u64("xxh3");
-    if (!key("\xa5" "codec" "\xa3" "raw") || !leaf_shape_fault(e, elements, dt).empty()) return false;
+    if (!c.take_if("\xa5" "codec" "\xa3" "raw") || !leaf_shape_fault(e, elements, dt).empty()) return false;
     e.codec = "raw";
     return true;
   };
@@ -7154,8 +7154,9 @@ class Reader final : public IndexReader {
     // cache in small pages where the kernel's own readahead, which follows each
     // thread's sequential part, allocates large folios.
     // A chunk per pread when verifying (each hashed while it is in cache); unverified
-    // (a restore's one-stream read, whose verifier runs behind it), 64 MiB per pread, as
-    // a plain read() of a cold file reads: the kernel then issues larger requests.
+    // (RestoreOptions::verify_checksums off), 64 MiB per pread, as a plain read() of a
+    // cold file reads: the kernel then issues larger requests. (A cold restore's stream
+    // reads through read_in_file_order, not here.)
     const std::size_t step = verify ? chunk : std::max<std::size_t>(chunk, (std::size_t{64} << 20) / chunk * chunk);
     for (std::size_t done = 0; done < dst.size(); done += step) {
       const auto part = dst.subspan(done, std::min<std::size_t>(step, dst.size() - done));

@@ -215,8 +215,9 @@ class Cursor {
 
   bool next_is_nil() const { return peek() == 0xc0; }
   // Consumes the N - 1 bytes of the literal `raw` when the bytes at the cursor are
-  // exactly those (a key as a known writer encodes it); else consumes nothing. Its
-  // length known here, the comparison compiles to a few loads.
+  // exactly those (a key as a known writer encodes it); else consumes nothing. (GCC 12
+  // calls memcmp for it; comparing unrolled bytes or 8-byte words instead counted more
+  // instructions under callgrind: docs/benchmarks.md, 2026-12-02, fifth.)
   template <std::size_t N>
   bool take_if(const char (&raw)[N]) noexcept {
     constexpr std::size_t n = N - 1;

@@ -414,9 +414,8 @@ inline std::string leaf_shape_fault(const IndexEntry& e, std::int64_t elements, 
 // the leaf, for decode_leaf's general reading, whose error then names the fault.
 inline bool decode_leaf_as_written(detail::mp::Cursor& c, IndexEntry& e) {
   // Each key as msgpack's fixstr (0xa0 + its length, then its bytes).
-  const auto key = [&](const auto& encoded) { return c.take_if(encoded); };
   const auto read = [&] {
-    if (!key("\x88\xa4path")) return false;  // a map of eight, its first key
+    if (!c.take_if("\x88\xa4path")) return false;  // a map of eight, its first key
     {
       const std::uint32_t n = c.array("path");
       std::vector<std::string> segs;
@@ -424,25 +423,25 @@ inline bool decode_leaf_as_written(detail::mp::Cursor& c, IndexEntry& e) {
       for (std::uint32_t i = 0; i < n; ++i) segs.emplace_back(c.str("path segment"));
       e.path = Path(std::move(segs));
     }
-    if (!key("\xa5" "dtype")) return false;
+    if (!c.take_if("\xa5" "dtype")) return false;
     const std::string_view dt = c.str("dtype");
     const auto d = dtype_from_name(dt);
-    if (!d || !key("\xa5" "shape")) return false;
+    if (!d || !c.take_if("\xa5" "shape")) return false;
     e.type = *d;
     const std::uint32_t rank = c.array("shape");
     e.shape.reserve(rank);
     for (std::uint32_t k = 0; k < rank; ++k) e.shape.push_back(c.i64("shape"));
     const std::int64_t elements = element_count(e.shape);
-    if (elements < 0 || !key("\xa4" "file")) return false;
+    if (elements < 0 || !c.take_if("\xa4" "file")) return false;
     const std::string_view file = c.string_if(true, false);  // nil: an inline leaf, read the long way
-    if (!file.data() || !is_data_file_name(file) || !key("\xa6" "offset")) return false;
+    if (!file.data() || !is_data_file_name(file) || !c.take_if("\xa6" "offset")) return false;
     e.file = file;
     e.offset = c.u64("offset");
-    if (!key("\xa6" "length")) return false;
+    if (!c.take_if("\xa6" "length")) return false;
     e.length = c.u64("length");
-    if (!key("\xa4" "xxh3")) return false;
+    if (!c.take_if("\xa4" "xxh3")) return false;
     e.checksum = c.u64("xxh3");
-    if (!key("\xa5" "codec" "\xa3" "raw") || !leaf_shape_fault(e, elements, dt).empty()) return false;
+    if (!c.take_if("\xa5" "codec" "\xa3" "raw") || !leaf_shape_fault(e, elements, dt).empty()) return false;
     e.codec = "raw";
     return true;
   };

@@ -236,8 +236,9 @@ class Reader final : public IndexReader {
     // cache in small pages where the kernel's own readahead, which follows each
     // thread's sequential part, allocates large folios.
     // A chunk per pread when verifying (each hashed while it is in cache); unverified
-    // (a restore's one-stream read, whose verifier runs behind it), 64 MiB per pread, as
-    // a plain read() of a cold file reads: the kernel then issues larger requests.
+    // (RestoreOptions::verify_checksums off), 64 MiB per pread, as a plain read() of a
+    // cold file reads: the kernel then issues larger requests. (A cold restore's stream
+    // reads through read_in_file_order, not here.)
     const std::size_t step = verify ? chunk : std::max<std::size_t>(chunk, (std::size_t{64} << 20) / chunk * chunk);
     for (std::size_t done = 0; done < dst.size(); done += step) {
       const auto part = dst.subspan(done, std::min<std::size_t>(step, dst.size() - done));
