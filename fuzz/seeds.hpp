@@ -12,6 +12,9 @@
 #include "targets/ocdbt.hpp"
 #include "targets/tf.hpp"
 
+// The library includes only the parts of msgpack-cxx it uses; seeds pack containers.
+#include <msgpack.hpp>
+
 namespace fuzz::seeds {
 
 inline int count = 0;
