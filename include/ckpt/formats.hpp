@@ -17,13 +17,5 @@
 #include <ckpt/format/zarr.hpp>
 #include <ckpt/format/zarr3.hpp>
 #include <ckpt/flax_checkpoints.hpp>
-#include <ckpt/detail/static_error.hpp>
 #include <ckpt/t5x_checkpoints.hpp>
 
-namespace ckpt {
-static_assert(format_policy<flax_msgpack>, CKPT_INTERNAL_CHECK("flax_msgpack must meet format_policy"));
-static_assert(format_policy<t5x>, CKPT_INTERNAL_CHECK("t5x must meet format_policy"));
-static_assert(format_policy<orbax>, CKPT_INTERNAL_CHECK("orbax must meet format_policy"));
-static_assert(format_policy<zarr_v2>, CKPT_INTERNAL_CHECK("zarr_v2 must meet format_policy"));
-static_assert(format_policy<safetensors>, CKPT_INTERNAL_CHECK("safetensors must meet format_policy"));
-}  // namespace ckpt

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/detail/static_error.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/interop/msgpack_tree.hpp>
 #include <ckpt/io/staging_dir.hpp>
@@ -121,6 +122,7 @@ struct flax_msgpack {
     return detail::flax::open_msgpack(p, p.string(), "flax", {}, false, true);  // the caller's own path
   }
 };
+static_assert(format_policy<flax_msgpack>, CKPT_INTERNAL_CHECK("flax_msgpack must meet format_policy"));
 #if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool flax_msgpack_registered = register_format<flax_msgpack>(40);
 #endif

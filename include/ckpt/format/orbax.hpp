@@ -29,6 +29,7 @@
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/format/ocdbt/database.hpp>
 #include <ckpt/format/ocdbt/writer.hpp>
+#include <ckpt/detail/static_error.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/t5x.hpp>
 #include <ckpt/format/zarr/kv_chunks.hpp>
@@ -548,6 +549,7 @@ struct basic_orbax {
 using orbax = basic_orbax<>;
 // Orbax's older layout, `use_ocdbt=False`: one zarr directory per array.
 using orbax_without_ocdbt = basic_orbax<io::codec::zstd, 1, orbax_layout::directories>;
+static_assert(format_policy<orbax>, CKPT_INTERNAL_CHECK("orbax must meet format_policy"));
 #if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool orbax_registered = register_format<orbax>(10);
 #endif

@@ -44,6 +44,7 @@
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/writer.hpp>  // write_piece
+#include <ckpt/detail/static_error.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/io/mapped_file.hpp>
@@ -553,6 +554,7 @@ struct safetensors {
 
 // Before Orbax (10): a manager's step directory holds _CHECKPOINT_METADATA, which Orbax's
 // detection takes for its own; model.safetensors or its index is unambiguous.
+static_assert(format_policy<safetensors>, CKPT_INTERNAL_CHECK("safetensors must meet format_policy"));
 #if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool safetensors_registered = register_format<safetensors>(5);
 #endif

@@ -18,6 +18,7 @@
 #include <string>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/detail/static_error.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/flax.hpp>
 #include <ckpt/format/zarr.hpp>
@@ -215,6 +216,7 @@ struct basic_t5x {
   }
 };
 using t5x = basic_t5x<>;
+static_assert(format_policy<t5x>, CKPT_INTERNAL_CHECK("t5x must meet format_policy"));
 #if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool t5x_registered = register_format<t5x>(20);
 #endif

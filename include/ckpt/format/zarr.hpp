@@ -11,6 +11,7 @@
 #include <string>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/detail/static_error.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/zarr/chunks.hpp>
@@ -144,6 +145,7 @@ struct basic_zarr_v2 {
   }
 };
 using zarr_v2 = basic_zarr_v2<>;
+static_assert(format_policy<zarr_v2>, CKPT_INTERNAL_CHECK("zarr_v2 must meet format_policy"));
 #if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool zarr_v2_registered = register_format<zarr_v2>(30);
 #endif
