@@ -11,11 +11,11 @@
 #if __has_include(<ckpt/format/native/manifest.hpp>)
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/io/checksum.hpp>
+#endif
 
 // The library includes only the parts of msgpack-cxx it uses; these tests pack
 // containers (std::vector, std::map) into hand-made manifests.
 #include <msgpack.hpp>
-#endif
 
 #include <signal.h>
 #include <sys/resource.h>
