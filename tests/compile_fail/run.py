@@ -34,6 +34,7 @@ def passing_twins_together(compiler, flags, snippets):
     """Compiles every snippet as written in one unit: the includes first (each is
     guarded), then each snippet's text, its includes blanked, inside its own
     namespace, with #line so that a message names the snippet's own file and line.
+    (A snippet's includes are hoisted: they must not depend on CKPT_SHOULD_FAIL.)
     Returns the snippets to compile alone (none when the unit compiles)."""
     includes, bodies = [], []
     for k, path in enumerate(snippets):

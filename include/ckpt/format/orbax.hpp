@@ -27,9 +27,9 @@
 #include <deque>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/detail/static_error.hpp>
 #include <ckpt/format/ocdbt/database.hpp>
 #include <ckpt/format/ocdbt/writer.hpp>
-#include <ckpt/detail/static_error.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/t5x.hpp>
 #include <ckpt/format/zarr/kv_chunks.hpp>

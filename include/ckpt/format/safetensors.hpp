@@ -40,11 +40,11 @@
 #include <nlohmann/json.hpp>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/detail/static_error.hpp>
 #include <ckpt/detail/untrusted.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/writer.hpp>  // write_piece
-#include <ckpt/detail/static_error.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/io/mapped_file.hpp>
