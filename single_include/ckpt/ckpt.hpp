@@ -17523,10 +17523,10 @@ struct safetensors {
     return sd::parse_file(file, p.string()).metadata;
   }
 };
+static_assert(format_policy<safetensors>, CKPT_INTERNAL_CHECK("safetensors must meet format_policy"));
 
 // Before Orbax (10): a manager's step directory holds _CHECKPOINT_METADATA, which Orbax's
 // detection takes for its own; model.safetensors or its index is unambiguous.
-static_assert(format_policy<safetensors>, CKPT_INTERNAL_CHECK("safetensors must meet format_policy"));
 #if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
 inline const bool safetensors_registered = register_format<safetensors>(5);
 #endif

@@ -24,10 +24,10 @@ import tempfile
 INCLUDE = re.compile(r"^\s*#\s*include\b.*$", re.M)
 
 
-def compile_twin(compiler, flags, path):
+def syntax_only(compiler, flags, path, *defines):
     # -fsyntax-only: templates are still instantiated (the static_asserts fire) but no
     # code is generated, which is most of a compile's time.
-    return subprocess.run([compiler, *flags, "-fsyntax-only", path], capture_output=True, text=True)
+    return subprocess.run([compiler, *flags, *defines, "-fsyntax-only", path], capture_output=True, text=True)
 
 
 def passing_twins_together(compiler, flags, snippets):
@@ -45,7 +45,7 @@ def passing_twins_together(compiler, flags, snippets):
     with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as unit:
         unit.write("\n".join(dict.fromkeys(i.strip() for i in includes)) + "\n" + "".join(bodies))
     try:
-        result = compile_twin(compiler, flags, unit.name)
+        result = syntax_only(compiler, flags, unit.name)
     finally:
         os.unlink(unit.name)
     # The snippets the messages name (through #line): those compile alone to say what
@@ -67,8 +67,7 @@ def check_failing(compiler, flags, path):
     expects = expectations(compiler, path)
     if not expects:
         return f"{path}: has no '// expect:' line"
-    bad = subprocess.run([compiler, *flags, "-DCKPT_SHOULD_FAIL", "-fsyntax-only", path],
-                         capture_output=True, text=True)
+    bad = syntax_only(compiler, flags, path, "-DCKPT_SHOULD_FAIL")
     if bad.returncode == 0:
         return f"{path}: compiles with CKPT_SHOULD_FAIL, but must not"
     missing = [e.strip() for e in expects if e.strip() not in bad.stderr]
@@ -78,7 +77,7 @@ def check_failing(compiler, flags, path):
 
 
 def check_twin(compiler, flags, path):
-    ok = compile_twin(compiler, flags, path)
+    ok = syntax_only(compiler, flags, path)
     return None if ok.returncode == 0 else f"{path}: the passing twin does not compile:\n{ok.stderr[-3000:]}"
 
 
