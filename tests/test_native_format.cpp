@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include <set>
 #include <sstream>
 
 #include <ckpt/storage/memory.hpp>
@@ -15,6 +16,7 @@
 #endif
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <thread>
@@ -226,7 +228,7 @@ TEST_CASE("files not in the page cache are read as one stream and verified behin
   for (int k = 0; k < 3; ++k) c.mid.emplace_back(std::size_t{3} << 17, static_cast<float>(k) + 0.5f);
   for (int k = 0; k < 200; ++k) c.small.emplace_back(1100, k);
   for (int k = 0; k < 3; ++k) c.odd.emplace_back(100001, static_cast<float>(k) - 9.0f);
-  const std::filesystem::path dir = tmp / "c";
+  std::filesystem::path dir = tmp / "c";  // the checkpoint the helpers below read
   ckpt::save(dir, c);
   const auto drop_cache = [&] {
     for (const auto& f : std::filesystem::directory_iterator(dir)) {
@@ -324,6 +326,41 @@ TEST_CASE("files not in the page cache are read as one stream and verified behin
                        doctest::Contains("checksum mismatch in bytes [13631488, +1048576)"), ckpt::CorruptCheckpointError);
   CHECK_THROWS_WITH_AS(ckpt::LeafVerifier(*index, big, 12 * big.chunk_bytes + 5),
                        doctest::Contains("starts none of its checksummed chunks"), ckpt::Error);
+
+  // More data files than threads: the stream goes through the five files one after the
+  // other, each front to back.
+  dir = tmp / "five";
+  ckpt::save(dir, c, {.data_files = 5});
+  std::set<std::string> files;
+  const auto five = ckpt::open_index(dir);
+  for (const auto& e : five->entries())
+    if (!e.file.empty()) files.insert(e.file);
+  REQUIRE(files.size() == 5);
+  drop_cache();
+  CHECK(read_all(streamed) == warm);
+  CHECK(streamed);
+
+  // A data file cut short after the checkpoint was opened: the stream fails naming the
+  // leaf that lies past the cut, and the verifier stops (nothing left waiting for reads
+  // that will not come).
+  const ckpt::IndexEntry* last = nullptr;  // the last leaf of the file that holds odd.1
+  const std::string cut_file = five->find(ckpt::Path::parse("odd.1"))->file;
+  for (const auto& e : five->entries())
+    if (e.file == cut_file && (!last || e.offset > last->offset)) last = &e;
+  REQUIRE(last);
+  std::filesystem::resize_file(dir / cut_file, last->offset + last->length / 2);
+  drop_cache();
+  std::vector<std::vector<std::byte>> into;
+  into.reserve(five->entries().size());
+  ckpt::exec::ReadQueue q;
+  for (const auto& e : five->entries()) q.push(*five, e, into.emplace_back(e.length), true);
+  try {
+    q.run();
+    FAIL("a data file cut short went unnoticed");
+  } catch (const ckpt::CorruptCheckpointError& err) {
+    CHECK(err.path() == last->path.str());
+  }
+  CHECK(q.streamed());
 }
 
 TEST_CASE("a checkpoint is a directory of exactly manifest, commit and data files") {
@@ -335,6 +372,41 @@ TEST_CASE("a checkpoint is a directory of exactly manifest, commit and data file
   CHECK(names == std::vector<std::string>{"commit", "data-0", "manifest"});
   // Every leaf is padded to the 4 KiB alignment, the last one too.
   CHECK(std::filesystem::file_size(tmp / "c" / "data-0") % 4096 == 0);
+}
+
+TEST_CASE("data files reserve their blocks before they are written, and not one block past their end") {
+  test::TempDir tmp;
+  const auto allocated = [](const std::filesystem::path& p) {
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    return static_cast<std::uint64_t>(st.st_blocks) * 512;
+  };
+  // The hint itself: the blocks are there, the size is not (appends still grow the file).
+  {
+    const auto p = tmp / "reserved";
+    const ckpt::io::File f = ckpt::io::File::create(p);
+    ckpt::io::preallocate(f, std::uint64_t{1} << 20);
+    CHECK(std::filesystem::file_size(p) == 0);
+    if (allocated(p) == 0) {
+      MESSAGE("the test directory's file system has no fallocate: nothing reserved");
+    } else {
+      CHECK(allocated(p) >= (std::uint64_t{1} << 20));
+    }
+  }
+  // A save reserves each data file's exact size: leaves of odd lengths, padded, over
+  // two files written at once. A reservation too large would stay allocated past the end.
+  struct Odd {
+    std::vector<std::vector<float>> leaves;
+  } odd;
+  for (std::size_t k = 0; k < 6; ++k) odd.leaves.emplace_back((std::size_t{1} << 18) + 1001 * k + 3, 0.5f);
+  ckpt::save(tmp / "c", odd, {.data_files = 2});
+  for (const char* name : {"data-0", "data-1"}) {
+    const auto p = tmp / "c" / name;
+    const std::uint64_t size = std::filesystem::file_size(p);
+    CAPTURE(name);
+    CHECK(size % 4096 == 0);
+    CHECK(allocated(p) == size);
+  }
 }
 
 TEST_CASE("the manifest streamed through the writer's buffer is the manifest packed in memory, with its commit record") {

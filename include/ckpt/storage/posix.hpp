@@ -70,6 +70,7 @@ class FileWriter final : public ObjectWriter {
   }
 
   bool writes_at_once() const override { return true; }
+  void expect_size(std::uint64_t bytes) override { io::preallocate(f_, bytes); }
 
   void close() override {
     f_.sync(file_);

@@ -74,6 +74,9 @@ class ObjectWriter {
   // Whether append() writes the bytes before it returns (a file), rather than at
   // close() (an upload): what a save's progress counts as done.
   virtual bool writes_at_once() const { return false; }
+  // The object's final size, when the writer knows it before the first append: a file
+  // reserves its blocks (io::preallocate). A hint; the appends decide the object.
+  virtual void expect_size(std::uint64_t) {}
 };
 
 // The storage concept, as an abstract class (formats and the manager take one at run

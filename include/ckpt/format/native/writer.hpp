@@ -131,6 +131,11 @@ inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, In
                             const std::vector<std::size_t>& leaves, exec::ProgressTracker* progress = nullptr,
                             std::size_t stream_buffer = std::size_t{16} << 20) {
   if (progress && !out.writes_at_once()) progress = nullptr;
+  {
+    std::uint64_t size = 0;  // each leaf padded to the alignment, as appended below
+    for (std::size_t i : leaves) size += aligned_length(entries[i].length);
+    out.expect_size(size);
+  }
   std::vector<storage::ConstBytes> batch;
   std::size_t batch_bytes = 0;
   auto flush = [&] {
