@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "positional_args.hpp"
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -63,6 +65,7 @@ void touch(IncLayer& l, std::int64_t step) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  refuse_flags(argc, argv, "[DIR] [MiB] [ROUNDS]     (defaults: $TMPDIR or /tmp, 376, 5)");
   const char* tmp = std::getenv("TMPDIR");
   const fs::path base = argc > 1 ? fs::path(argv[1]) : fs::path(tmp && *tmp ? tmp : "/tmp");
   const std::size_t mib = argc > 2 ? std::stoul(argv[2]) : 376;

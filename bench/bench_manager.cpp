@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "positional_args.hpp"
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -81,6 +83,7 @@ void copy_state(const BigState& s, std::byte* dst) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  refuse_flags(argc, argv, "[DIR] [MiB] [SAVES]     (defaults: $TMPDIR or /tmp, 1024, 6)");
   const char* tmp = std::getenv("TMPDIR");
   const fs::path base = argc > 1 ? fs::path(argv[1]) : fs::path(tmp && *tmp ? tmp : "/tmp");
   const std::size_t mib = argc > 2 ? std::stoul(argv[2]) : 1024;

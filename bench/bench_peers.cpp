@@ -51,6 +51,8 @@
 #define HAVE_CEREAL 0
 #endif
 
+#include "positional_args.hpp"
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -180,6 +182,7 @@ struct Lib {
 }  // namespace
 
 int main(int argc, char** argv) {
+  refuse_flags(argc, argv, "[DIR] [MB] [ROUNDS]     (defaults: $TMPDIR or /tmp, 376, 5)");
   const char* tmp = std::getenv("TMPDIR");
   const fs::path base = (argc > 1 ? fs::path(argv[1]) : fs::path(tmp && *tmp ? tmp : "/tmp")) / "ckpt-bench-peers";
   const std::size_t mb = argc > 2 ? std::stoul(argv[2]) : 376;

@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "positional_args.hpp"
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -90,6 +92,7 @@ void plain_read(const fs::path& file, std::byte* dst, std::size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  refuse_flags(argc, argv, "[DIR] [MB] [ROUNDS]     (defaults: $TMPDIR or /tmp, 376, 5)");
   const char* tmp = std::getenv("TMPDIR");
   const fs::path base = (argc > 1 ? fs::path(argv[1]) : fs::path(tmp && *tmp ? tmp : "/tmp")) / "ckpt-bench-restore";
   const std::size_t mb = argc > 2 ? std::stoul(argv[2]) : 376;
