@@ -243,6 +243,14 @@ int main(int argc, char** argv) {
     std::replace(n.begin(), n.end(), ' ', '_');
     return base / (n + "-" + what);
   };
+  // The restores' targets, preallocated (HDF5 and plain need it; cereal resizes, to the
+  // same sizes) and shared by every library and round: memory the kernel has written
+  // before. A target made afresh for each restore was partly new pages, on which the
+  // VM's first write by the kernel costs about 5 us a page (a 376 MB restore into a
+  // wholly new target: plain 477 ms, ckpt 313 ms, against 27 and 25 ms into the same
+  // target again); which pages were new depended on malloc's history, so it differed
+  // between libraries (docs/benchmarks.md, 2026-12-02, seventh).
+  PeerState into = big, sinto = small;
   for (int r = 0; r < rounds; ++r) {
     std::vector<const Lib*> order;
     for (const auto& l : libs)
@@ -255,15 +263,21 @@ int main(int argc, char** argv) {
       auto t0 = Clock::now();
       l->save(big, p);
       times["save"][l->name].push_back(since(t0));
-      PeerState into = big;  // preallocated target (HDF5 and plain need it; cereal resizes anyway)
+      // Each restore checked on a leaf cleared before it (the target holds the last one's bytes).
+      auto check = [&](PeerState& s, const PeerState& want, const char* what) {
+        if (s.leaves[7] != want.leaves[7]) std::printf("%s: %s: restored bytes differ!\n", l->name.c_str(), what);
+        std::fill(s.leaves[7].begin(), s.leaves[7].end(), 0.0f);
+      };
+      std::fill(into.leaves[7].begin(), into.leaves[7].end(), 0.0f);
       t0 = Clock::now();
       l->load(into, p);
       times["restore, warm"][l->name].push_back(since(t0));
+      check(into, big, "warm restore");
       drop_cache(p);
       t0 = Clock::now();
       l->load(into, p);
       times["restore, cold"][l->name].push_back(since(t0));
-      if (into.leaves[7] != big.leaves[7]) std::printf("%s: restored bytes differ!\n", l->name.c_str());
+      check(into, big, "cold restore");
 
       const fs::path q = path_of(*l, "small");
       fs::remove_all(q);
@@ -271,10 +285,11 @@ int main(int argc, char** argv) {
       t0 = Clock::now();
       l->save(small, q);
       times["20,000 x 4 KiB save"][l->name].push_back(since(t0));
-      PeerState sinto = small;
+      std::fill(sinto.leaves[7].begin(), sinto.leaves[7].end(), 0.0f);
       t0 = Clock::now();
       l->load(sinto, q);
       times["20,000 x 4 KiB restore, warm"][l->name].push_back(since(t0));
+      check(sinto, small, "small restore");
       fs::remove_all(p);
       fs::remove_all(q);
     }
