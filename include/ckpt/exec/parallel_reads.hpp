@@ -83,6 +83,12 @@ class ReadQueue final : public DeferredReads {
   static constexpr std::size_t group_leaf_bytes = std::size_t{64} << 10;
   static constexpr std::size_t group_leaves = 256;
   static constexpr std::size_t group_bytes = std::size_t{2} << 20;
+  // Leaves of a group lie in one file with at most this many bytes between one's end
+  // and the next one's start (a writer's padding between them, not another leaf).
+  static constexpr std::uint64_t group_gap_bytes = std::uint64_t{64} << 10;
+  static bool neighbours(const IndexEntry& a, const IndexEntry& b) {
+    return a.file == b.file && b.offset >= a.offset + a.length && b.offset - (a.offset + a.length) <= group_gap_bytes;
+  }
 
   // Room for n small reads (a restore knows its index's leaf count): 20,000 pushes then
   // grow nothing, where each doubling copied every queued read to fresh pages.
@@ -410,12 +416,19 @@ CKPT_API void ReadQueue::group_small_leaves() {
   for (SmallReads& s : small_) {
     // File order makes neighbours neighbours in a group, which the reader then fetches
     // with one read; a list of leaves is pushed in this order already (one run: no sort).
+    // A group holds neighbours only: small leaves with large ones between them (a
+    // model's biases and norms between its weight matrices) were one group spanning
+    // the whole file, which a cold restore's stream read at the first one's place,
+    // a few hundred scattered reads from disk before its sequential pass (a GPT-2-like
+    // state restored cold at 0.49-0.64x a plain read: docs/benchmarks.md, 2026-12-03).
     auto& reads = s.reads;
     in_file_order(reads);
     for (std::size_t i = 0; i < reads.size();) {
       std::size_t k = i;
       std::size_t bytes = 0;
-      while (k < reads.size() && k - i < group_leaves && bytes < group_bytes) bytes += reads[k++].dst.size();
+      while (k < reads.size() && k - i < group_leaves && bytes < group_bytes &&
+             (k == i || neighbours(*reads[k - 1].entry, *reads[k].entry)))
+        bytes += reads[k++].dst.size();
       if (k - i == 1) jobs_.push_back({s.index, reads[i].entry, reads[i].dst, 0, {}, reads[i].verify, false, true});
       else jobs_.push_back({s.index, nullptr, {}, 0, std::span<const LeafRead>(reads).subspan(i, k - i), false, false, true});
       i = k;
