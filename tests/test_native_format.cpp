@@ -213,10 +213,19 @@ TEST_CASE("small leaves are read in groups: each in its place, the padding skipp
   }
 }
 
+// A model's layer: small leaves (a bias, a norm) between large ones in the file.
+struct ColdLayer {
+  std::vector<float> w;
+  std::vector<float> b;
+  std::vector<float> g;
+  bool operator==(const ColdLayer&) const = default;
+};
+
 TEST_CASE("files not in the page cache are read as one stream and verified behind it: every leaf, and a bad byte named") {
   if (std::thread::hardware_concurrency() < 2) return;  // one thread reads and verifies as it goes: nothing to stream
   test::TempDir tmp;
   struct Cold {
+    std::vector<ColdLayer> layers;                 // 1 MiB weights, 5.2 KB and 4.4 KB leaves between them
     std::vector<float> big;                        // 20 MiB: read in parts
     std::vector<std::vector<float>> mid;           // 1.5 MiB each: whole, chunk checksums
     std::vector<std::vector<float>> odd;           // 400,004 bytes each: padding between them, read by one preadv
@@ -228,6 +237,9 @@ TEST_CASE("files not in the page cache are read as one stream and verified behin
   for (int k = 0; k < 3; ++k) c.mid.emplace_back(std::size_t{3} << 17, static_cast<float>(k) + 0.5f);
   for (int k = 0; k < 200; ++k) c.small.emplace_back(1100, k);
   for (int k = 0; k < 3; ++k) c.odd.emplace_back(100001, static_cast<float>(k) - 9.0f);
+  for (int k = 0; k < 8; ++k)
+    c.layers.push_back({std::vector<float>(std::size_t{1} << 18, static_cast<float>(k)),
+                        std::vector<float>(1300, static_cast<float>(k) + 0.25f), std::vector<float>(1100, static_cast<float>(k) + 0.5f)});
   std::filesystem::path dir = tmp / "c";  // the checkpoint the helpers below read
   ckpt::save(dir, c);
   const auto drop_cache = [&] {
@@ -274,7 +286,9 @@ TEST_CASE("files not in the page cache are read as one stream and verified behin
   back.mid.assign(3, std::vector<float>(std::size_t{3} << 17));
   back.small.assign(200, std::vector<std::int32_t>(1100));
   back.odd.assign(3, std::vector<float>(100001));
+  back.layers.assign(8, {std::vector<float>(std::size_t{1} << 18), std::vector<float>(1300), std::vector<float>(1100)});
   ckpt::restore_into(dir, back);
+  CHECK(back.layers == c.layers);
   CHECK(back.big == c.big);
   CHECK(back.mid == c.mid);
   CHECK(back.odd == c.odd);
@@ -311,6 +325,9 @@ TEST_CASE("files not in the page cache are read as one stream and verified behin
   flip("odd.1", 400003);   // the last byte before the padding
   fails_naming("odd.1", "checksum mismatch");
   flip("odd.1", 400003);
+  flip("layers.5.g", 4399);  // a small leaf between two large ones, read in the stream's order
+  fails_naming("layers.5.g", "checksum mismatch");
+  flip("layers.5.g", 4399);
   flip("big", (std::uint64_t{13} << 20) + 5);  // in the second part, chunk 13
   fails_naming("big", "checksum mismatch in bytes [13631488, +1048576)");
 

@@ -84,7 +84,8 @@ class ReadQueue final : public DeferredReads {
   static constexpr std::size_t group_leaves = 256;
   static constexpr std::size_t group_bytes = std::size_t{2} << 20;
   // Leaves of a group lie in one file with at most this many bytes between one's end
-  // and the next one's start (a writer's padding between them, not another leaf).
+  // and the next one's start: padding, or a leaf this restore skips no larger than a
+  // small one, not a weight matrix.
   static constexpr std::uint64_t group_gap_bytes = std::uint64_t{64} << 10;
   static bool neighbours(const IndexEntry& a, const IndexEntry& b) {
     return a.file == b.file && b.offset >= a.offset + a.length && b.offset - (a.offset + a.length) <= group_gap_bytes;
@@ -419,8 +420,9 @@ CKPT_API void ReadQueue::group_small_leaves() {
     // A group holds neighbours only: small leaves with large ones between them (a
     // model's biases and norms between its weight matrices) were one group spanning
     // the whole file, which a cold restore's stream read at the first one's place,
-    // a few hundred scattered reads from disk before its sequential pass (a GPT-2-like
-    // state restored cold at 0.49-0.64x a plain read: docs/benchmarks.md, 2026-12-03).
+    // a hundred scattered reads from disk before its sequential pass (bench_restore's
+    // GPT-2 layout, cold: 0.63-0.70x a plain read so, 0.80-0.82x with neighbours only;
+    // warm 0.73-0.77x and 0.90-0.94x: docs/benchmarks.md, 2026-12-03).
     auto& reads = s.reads;
     in_file_order(reads);
     for (std::size_t i = 0; i < reads.size();) {
