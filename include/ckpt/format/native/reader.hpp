@@ -235,7 +235,7 @@ class Reader final : public IndexReader {
     if (e.chunk_xxh3.empty() || offset % chunk != 0 || offset > e.length || dst.size() > e.length - offset ||
         (dst.size() % chunk != 0 && offset + dst.size() != e.length))
       throw Error(index.checkpoint(), e.path.str(), "a part read not on chunk boundaries");
-    const auto& [f, name] = files_.at(e.file);
+    const DataFile& df = files_.at(e.file);  // not a structured binding: read_at captures it
     // No posix_fadvise(WILLNEED) here, though several threads read parts of one file:
     // with it (Linux 6.18, ext4), cold restores ran at 0.4x a plain read() and every
     // later warm restore of the same pages at 0.64x, against 0.8-0.9x and 0.95-1.1x
@@ -249,7 +249,7 @@ class Reader final : public IndexReader {
     const std::size_t step = verify ? chunk : std::max<std::size_t>(chunk, (std::size_t{64} << 20) / chunk * chunk);
     const auto read_at = [&](std::span<std::byte> bytes, std::uint64_t at) {
       try {
-        io::pread_exact(f, bytes, e.offset + at, name);
+        io::pread_exact(df.file, bytes, e.offset + at, df.name);
       } catch (const Error& err) {
         throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
       }
