@@ -7000,7 +7000,7 @@ class Reader final : public IndexReader {
     }
     if (!e.chunk_xxh3.empty()) return read_part(index, e, 0, dst, verify);  // version 2 (issue 11)
     const auto& [f, name] = files_.at(e.file);
-    constexpr std::size_t piece = std::size_t{1} << 20;
+    const std::size_t piece = verify ? verified_read_bytes : std::size_t{1} << 20;
     io::Xxh3Stream hash;
     for (std::size_t done = 0; done < dst.size(); done += piece) {
       const auto part = dst.subspan(done, std::min(piece, dst.size() - done));
@@ -7029,6 +7029,13 @@ class Reader final : public IndexReader {
   // The reader keeps its buffers (one a thread at most) for its life, so each restore
   // pays that toll on a few pages only.
   static constexpr std::size_t bounce_bytes = std::size_t{256} << 10;
+  // What one pread brings in when the bytes are then verified (read and read_part): a
+  // quarter of a core's L2 on the AMD EPYCs this project measures on (1 MiB, which
+  // the kernel's copy also pulls the page cache's bytes through), so that xxh3 reads
+  // them from L2. A warm restore of 376 MB on two threads took 20 ms in 256 KiB reads
+  // and 22 ms in 1 MiB reads (a checksum chunk), against 22 ms for one plain read()
+  // (docs/benchmarks.md, 2026-12-03).
+  static constexpr std::size_t verified_read_bytes = std::size_t{256} << 10;
   void read_group(const Index& index, std::span<const LeafRead> reads) const override {
     std::vector<const LeafRead*> order;
     order.reserve(reads.size());
@@ -7176,7 +7183,7 @@ class Reader final : public IndexReader {
     if (e.chunk_xxh3.empty() || offset % chunk != 0 || offset > e.length || dst.size() > e.length - offset ||
         (dst.size() % chunk != 0 && offset + dst.size() != e.length))
       throw Error(index.checkpoint(), e.path.str(), "a part read not on chunk boundaries");
-    const auto& [f, name] = files_.at(e.file);
+    const DataFile& df = files_.at(e.file);  // not a structured binding: read_at captures it
     // No posix_fadvise(WILLNEED) here, though several threads read parts of one file:
     // with it (Linux 6.18, ext4), cold restores ran at 0.4x a plain read() and every
     // later warm restore of the same pages at 0.64x, against 0.8-0.9x and 0.95-1.1x
@@ -7188,15 +7195,28 @@ class Reader final : public IndexReader {
     // cold file reads: the kernel then issues larger requests. (A cold restore's stream
     // reads through read_in_file_order, not here.)
     const std::size_t step = verify ? chunk : std::max<std::size_t>(chunk, (std::size_t{64} << 20) / chunk * chunk);
-    for (std::size_t done = 0; done < dst.size(); done += step) {
-      const auto part = dst.subspan(done, std::min<std::size_t>(step, dst.size() - done));
+    const auto read_at = [&](std::span<std::byte> bytes, std::uint64_t at) {
       try {
-        io::pread_exact(f, part, e.offset + offset + done, name);
+        io::pread_exact(df.file, bytes, e.offset + at, df.name);
       } catch (const Error& err) {
         throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
       }
+    };
+    for (std::size_t done = 0; done < dst.size(); done += step) {
+      const auto part = dst.subspan(done, std::min<std::size_t>(step, dst.size() - done));
+      if (!verify) {
+        read_at(part, offset + done);
+        continue;
+      }
+      // The chunk in reads of verified_read_bytes, each hashed while in L2.
+      io::Xxh3Stream hash;
+      for (std::size_t in = 0; in < part.size(); in += verified_read_bytes) {
+        const auto bytes = part.subspan(in, std::min(verified_read_bytes, part.size() - in));
+        read_at(bytes, offset + done + in);
+        hash.update(bytes);
+      }
       const std::uint64_t k = (offset + done) / chunk;
-      if (verify && io::xxh3(part) != e.chunk_xxh3[k])
+      if (hash.digest() != e.chunk_xxh3[k])
         throw CorruptCheckpointError(index.checkpoint(), e.path.str(),
                                      "checksum mismatch in bytes [" + std::to_string(k * chunk) + ", +" +
                                          std::to_string(part.size()) + "): the leaf's bytes were altered or torn");
@@ -8262,6 +8282,13 @@ class ReadQueue final : public DeferredReads {
   static constexpr std::size_t group_leaf_bytes = std::size_t{64} << 10;
   static constexpr std::size_t group_leaves = 256;
   static constexpr std::size_t group_bytes = std::size_t{2} << 20;
+  // Leaves of a group lie in one file with at most this many bytes between one's end
+  // and the next one's start: padding, or a leaf this restore skips no larger than a
+  // small one, not a weight matrix.
+  static constexpr std::uint64_t group_gap_bytes = std::uint64_t{64} << 10;
+  static bool neighbours(const IndexEntry& a, const IndexEntry& b) {
+    return a.file == b.file && b.offset >= a.offset + a.length && b.offset - (a.offset + a.length) <= group_gap_bytes;
+  }
 
   // Room for n small reads (a restore knows its index's leaf count): 20,000 pushes then
   // grow nothing, where each doubling copied every queued read to fresh pages.
@@ -8589,12 +8616,20 @@ CKPT_API void ReadQueue::group_small_leaves() {
   for (SmallReads& s : small_) {
     // File order makes neighbours neighbours in a group, which the reader then fetches
     // with one read; a list of leaves is pushed in this order already (one run: no sort).
+    // A group holds neighbours only: small leaves with large ones between them (a
+    // model's biases and norms between its weight matrices) were one group spanning
+    // the whole file, which a cold restore's stream read at the first one's place,
+    // a hundred scattered reads from disk before its sequential pass (bench_restore's
+    // GPT-2 layout, cold: 0.63-0.70x a plain read so, 0.80-0.82x with neighbours only;
+    // warm 0.73-0.77x and 0.90-0.94x: docs/benchmarks.md, 2026-12-03).
     auto& reads = s.reads;
     in_file_order(reads);
     for (std::size_t i = 0; i < reads.size();) {
       std::size_t k = i;
       std::size_t bytes = 0;
-      while (k < reads.size() && k - i < group_leaves && bytes < group_bytes) bytes += reads[k++].dst.size();
+      while (k < reads.size() && k - i < group_leaves && bytes < group_bytes &&
+             (k == i || neighbours(*reads[k - 1].entry, *reads[k].entry)))
+        bytes += reads[k++].dst.size();
       if (k - i == 1) jobs_.push_back({s.index, reads[i].entry, reads[i].dst, 0, {}, reads[i].verify, false, true});
       else jobs_.push_back({s.index, nullptr, {}, 0, std::span<const LeafRead>(reads).subspan(i, k - i), false, false, true});
       i = k;
