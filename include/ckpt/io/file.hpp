@@ -181,6 +181,25 @@ inline void pread_exact(const File& f, std::span<std::byte> dst, std::uint64_t o
   }
 }
 
+// Reads into dst what the page cache holds of the file from offset on, without
+// waiting for the disk (preadv2 with RWF_NOWAIT): the bytes read, from 0 (the first
+// page is not cached, the file ends there, or the kernel or file system cannot say) to
+// dst.size(). Errors are left to the caller's ordinary read of what is left, which
+// reports them with the file's name.
+inline std::size_t pread_cached(const File& f, std::span<std::byte> dst, std::uint64_t offset) noexcept {
+#if defined(__linux__) && defined(RWF_NOWAIT)
+  iovec v{dst.data(), dst.size()};
+  for (;;) {
+    const ssize_t n = ::preadv2(f.fd(), &v, 1, static_cast<off_t>(offset), RWF_NOWAIT);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno != EINTR) return 0;  // EAGAIN: not cached; EOPNOTSUPP: cannot say
+  }
+#else
+  (void)f, (void)dst, (void)offset;
+  return 0;
+#endif
+}
+
 // Fills every buffer in turn with the file's bytes from offset on, in as few system
 // calls as the kernel allows; a short file is an error, as for pread_exact.
 inline void preadv_exact(const File& f, std::vector<iovec> iov, std::uint64_t offset, const fs::path& name) {
