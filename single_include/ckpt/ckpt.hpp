@@ -7051,9 +7051,10 @@ class Reader final : public IndexReader {
   // and 22 ms in 1 MiB reads (a checksum chunk), against 22 ms for one plain read()
   // (docs/benchmarks.md, 2026-12-03).
   // But only from the page cache: bytes that must come from the disk are read in one
-  // request for the rest of the piece (up to a checksum chunk), as a disk prefers (a
-  // cold 186 MB file with 128 KiB of readahead: 0.06 s in 256 KiB reads, 0.05 s in
-  // 1 MiB ones). Each piece is first asked of the cache alone (io::pread_cached).
+  // request, the rest of the checksum chunk, as a disk with little readahead prefers
+  // (one thread reading a cold 376 MB checkpoint, read_ahead_kb 128: 120-122 ms in
+  // 256 KiB pieces, 108 ms in 1 MiB ones). Each piece is first asked of the cache
+  // alone (io::pread_cached), which never waits for the disk.
   static constexpr std::size_t verified_read_bytes = std::size_t{256} << 10;
   void read_group(const Index& index, std::span<const LeafRead> reads) const override {
     std::vector<const LeafRead*> order;
