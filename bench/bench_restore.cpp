@@ -145,6 +145,10 @@ int main(int argc, char** argv) {
     }
     g.wpe.resize(1024 * d), g.ln_f_g.resize(d), g.ln_f_b.resize(d);
     const std::size_t rest = 12 * (12 * d * d + 13 * d) + 1024 * d + 2 * d;
+    if (rest >= one.all.size()) {
+      std::fprintf(stderr, "bench_restore: %zu MB is too small for the GPT-2 layout\n", mb);
+      return 2;
+    }
     g.wte.resize(one.all.size() - rest);
     fill(g.wte), fill(g.wpe), fill(g.ln_f_g), fill(g.ln_f_b);
     for (auto& b : g.h)
