@@ -169,12 +169,7 @@ class Reader final : public IndexReader {
       std::copy_n(e.inline_bytes.begin() + static_cast<std::ptrdiff_t>(at), dst.size(), dst.begin());
       return;
     }
-    try {
-      const auto& [f, name] = files_.at(e.file);
-      io::pread_exact(f, dst, e.offset + at, name);
-    } catch (const Error& err) {
-      throw CorruptCheckpointError(index.checkpoint(), e.path.str(), err.what());
-    }
+    read_at(index, e, files_.at(e.file), dst, at);
   }
 
   // Pieces in file order (a restore's stream through an uncached checkpoint): each run
