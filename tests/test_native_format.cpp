@@ -2,6 +2,7 @@
 // manifest and numpy reads the leaves straight out of the data files.
 #include "support.hpp"
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 
@@ -12,10 +13,12 @@
 
 #if __has_include(<ckpt/io/batch_read.hpp>)  // the multi-header tree; the single header holds it
 #include <ckpt/exec/parallel_reads.hpp>
+#include <ckpt/exec/worker_threads.hpp>
 #include <ckpt/io/batch_read.hpp>
 #endif
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -619,3 +622,59 @@ TEST_CASE("io::pread_ranges reads scattered ranges exactly, through io_uring or 
 }
 
 }  // namespace native_test
+
+// exec/worker_threads.hpp: a restore's and a save's helper threads start on another CPU
+// than their creator's (on VMs the kernel often queued them behind it), and are left
+// free to run on any of the process's CPUs from their first instruction on.
+TEST_CASE("worker threads start on another CPU than their creator's and are then free to run on any") {
+  cpu_set_t mask;
+  REQUIRE(sched_getaffinity(0, sizeof mask, &mask) == 0);
+  const int cpus = CPU_COUNT(&mask);
+  constexpr std::size_t n = 3;
+  std::array<cpu_set_t, n> seen{};
+  std::array<int, n> ran{};
+  {
+    ckpt::exec::WorkerThreads pool;
+    for (std::size_t k = 0; k < n; ++k)
+      pool.start([&seen, &ran, k] {
+        sched_getaffinity(0, sizeof seen[k], &seen[k]);
+        ran[k] = 1;
+      });
+    pool.join();
+    for (std::size_t k = 0; k < n; ++k) {
+      CAPTURE(k);
+      CHECK(ran[k] == 1);
+      CHECK(CPU_EQUAL(&seen[k], &mask));  // the placement was let go: nothing stays pinned
+      if (cpus < 2) {
+        CHECK(pool.planned_cpu(k) == -1);
+        continue;
+      }
+      CHECK(CPU_ISSET(pool.planned_cpu(k), &mask));
+      CHECK(pool.started_cpu(k) == pool.planned_cpu(k));  // it first ran where it was placed
+    }
+    // One thread a CPU before any shares one, the creator's CPU last.
+    if (cpus >= 2) CHECK(pool.planned_cpu(0) != pool.planned_cpu(1));
+  }
+  // A creator allowed one CPU starts its threads as std::jthread does.
+  if (cpus >= 2) {
+    cpu_set_t one, worker{};
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &mask)) {
+        CPU_SET(c, &one);
+        break;
+      }
+    int planned = 0, pinned = -1;
+    std::thread creator([&] {
+      pinned = sched_setaffinity(0, sizeof one, &one);
+      ckpt::exec::WorkerThreads pool;
+      pool.start([&worker] { sched_getaffinity(0, sizeof worker, &worker); });
+      pool.join();
+      planned = pool.planned_cpu(0);
+    });
+    creator.join();
+    REQUIRE(pinned == 0);
+    CHECK(planned == -1);
+    CHECK(CPU_EQUAL(&worker, &one));
+  }
+}

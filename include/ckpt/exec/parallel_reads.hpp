@@ -26,6 +26,7 @@
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/detail/sort_runs.hpp>
 #include <ckpt/exec/progress_tracker.hpp>
+#include <ckpt/exec/worker_threads.hpp>
 #include <ckpt/index.hpp>
 
 namespace ckpt::exec {
@@ -213,8 +214,8 @@ CKPT_API void ReadQueue::run() {
   } else if (threads <= 1) {
     worker();
   } else {
-    std::vector<std::jthread> pool;
-    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+    WorkerThreads pool;
+    for (unsigned t = 1; t < threads; ++t) pool.start(worker);
     worker();
   }
   jobs_.clear();
@@ -267,7 +268,8 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
     }
   };
   {
-    std::jthread verifier([&] {
+    WorkerThreads verifier;
+    verifier.start([&] {
       for (std::size_t i; !stop.load(std::memory_order_acquire) && (i = claim.fetch_add(1)) < jobs_.size();) {
         std::size_t n = read.load(std::memory_order_acquire);
         while (n <= i) {

@@ -38,6 +38,7 @@
 
 #include <ckpt/error.hpp>
 #include <ckpt/exec/progress_tracker.hpp>
+#include <ckpt/exec/worker_threads.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/reader.hpp>
 #include <ckpt/format/native/writer.hpp>
@@ -262,8 +263,8 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
   if (threads <= 1) {
     worker();
   } else {
-    std::vector<std::jthread> pool;
-    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+    exec::WorkerThreads pool;
+    for (unsigned t = 1; t < threads; ++t) pool.start(worker);
     worker();
   }
   if (error) std::rethrow_exception(error);

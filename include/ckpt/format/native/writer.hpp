@@ -20,6 +20,7 @@
 
 #include <ckpt/format/native/boxes.hpp>
 #include <ckpt/exec/progress_tracker.hpp>
+#include <ckpt/exec/worker_threads.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/file.hpp>
@@ -249,9 +250,9 @@ inline void write(const Snapshot& snap, const storage::Location& loc, const Save
     } else {  // the data objects at once; the first failure is rethrown
       std::vector<std::exception_ptr> errors(nfiles);
       {
-        std::vector<std::jthread> threads;
+        exec::WorkerThreads threads;
         for (unsigned k = 0; k < nfiles; ++k)
-          threads.emplace_back([&, k] {
+          threads.start([&, k] {
             try {
               write_file(k);
             } catch (...) {
