@@ -7661,13 +7661,14 @@ class ProgressTracker {
 // ckpt/exec/worker_threads.hpp — helper threads that start on another CPU than their creator's.
 //
 // A restore or a save hands its work to a few fresh threads and works beside them. The
-// kernel puts a new thread on its creator's CPU unless it sees another one idle, and on
-// virtual machines it often does not: a vCPU the host has descheduled while idle counts
-// as preempted, not idle. The new thread then waits for its creator to sleep or for the
-// scheduler's tick, and the work it was made for runs on one CPU. On the 2-vCPU VM this
-// project measures on, two threads each given 4.5 ms of work finished together in 4.7-5.0
-// ms in half of the runs and in 7.4-9.6 ms in the other half; a 82 MB restore took 4.0-4.9
-// or 7.7-8.8 ms by the same toss (docs/benchmarks.md, 2026-12-03).
+// kernel puts a new thread on its creator's CPU unless it finds another one idle, and on
+// virtual machines it often does not (likely because an idle vCPU the host has
+// descheduled looks preempted rather than idle). The new thread then waits for its
+// creator to sleep or for the scheduler's tick, and the work it was made for runs on one
+// CPU. On the 2-vCPU VM this project measures on, two threads each given 4.5 ms of work
+// finished together in 4.7-5.0 ms in 5 of 12 runs and in 7.4-9.6 ms in the other 7; an
+// 82 MB restore took 4.0-4.9 or 7.7-8.8 ms by the same toss (docs/benchmarks.md,
+// 2026-12-03, later).
 //
 // So each thread is placed on one of the process's other CPUs as it is created (the k-th
 // thread on the k-th CPU after the creator's, round the process's CPU set), before it
@@ -7710,11 +7711,6 @@ class WorkerThreads {
   WorkerThreads& operator=(const WorkerThreads&) = delete;
   // Joins every thread started (std::jthread's destructor).
   ~WorkerThreads() = default;
-
-  void reserve(std::size_t n) {
-    threads_.reserve(n);
-    starts_.reserve(n);
-  }
 
   // Runs fn() on a new thread. fn must not throw (as with std::jthread, that terminates).
   template <class Fn>
