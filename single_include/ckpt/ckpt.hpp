@@ -8625,11 +8625,11 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
         if (n == stopped || !verify(i)) return;
       }
     });
-    std::vector<LeafRead> unverified;
     std::vector<PieceRead> run;
-    // A part of a leaf, or a whole leaf stored in one piece: bytes read as they lie.
+    // A part of a leaf, a whole leaf stored in one piece, or a group of small whole
+    // leaves: bytes read as they lie.
     const auto in_one_piece = [](const Job& j) {
-      return j.group.empty() && (j.part || (j.entry->boxes.empty() && j.dst.size() == j.entry->length));
+      return !j.group.empty() || j.part || (j.entry->boxes.empty() && j.dst.size() == j.entry->length);
     };
     std::size_t left = 0;  // bytes of the jobs from i on
     for (const Job& j : jobs_) left += j.bytes();
@@ -8638,22 +8638,22 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
       while (i < jobs_.size() && !stop.load(std::memory_order_acquire)) {
         const Job& j = jobs_[i];
         std::size_t k = i + 1;
-        if (!j.group.empty()) {
-          unverified.assign(j.group.begin(), j.group.end());
-          for (LeafRead& r : unverified) r.verify = false;
-          index.read_group(unverified);
-        } else if (!in_one_piece(j)) {
+        if (!in_one_piece(j)) {
           index.read(*j.entry, j.dst, false);
         } else {
           // Neighbouring pieces (cut_for_stream's) read together, up to a piece's size,
           // and not into the stream's tail, whose pieces go to the verifier one by one.
+          // A group's small leaves join the run where they lie, a model's biases and
+          // norms between its weight matrices: read on their own, each group broke the
+          // stream's run into three requests.
           run.clear();
           std::size_t bytes = 0;
           const std::size_t most = left > stream_tail_bytes ? std::min(stream_piece_bytes, left - stream_tail_bytes)
                                                             : stream_tail_piece_bytes;
-          for (k = i; k < jobs_.size() && in_one_piece(jobs_[k]) && (k == i || bytes + jobs_[k].dst.size() <= most); ++k) {
-            run.push_back({jobs_[k].entry, jobs_[k].offset, jobs_[k].dst});
-            bytes += jobs_[k].dst.size();
+          for (k = i; k < jobs_.size() && in_one_piece(jobs_[k]) && (k == i || bytes + jobs_[k].bytes() <= most); ++k) {
+            for (const LeafRead& r : jobs_[k].group) run.push_back({r.entry, 0, r.dst});
+            if (jobs_[k].group.empty()) run.push_back({jobs_[k].entry, jobs_[k].offset, jobs_[k].dst});
+            bytes += jobs_[k].bytes();
           }
           index.read_in_file_order(run);
         }
