@@ -7696,55 +7696,46 @@ class WorkerThreads {
 #if defined(__linux__)
     // The CPUs this thread may run on, which the new threads inherit, in order from the
     // one after the creator's.
-    cpu_set_t mask;
-    CPU_ZERO(&mask);
+    CPU_ZERO(&mask_);
     const int here = sched_getcpu();
-    if (here < 0 || sched_getaffinity(0, sizeof mask, &mask) != 0 || CPU_COUNT(&mask) < 2) return;
-    mask_ = std::make_shared<const cpu_set_t>(mask);
+    if (here < 0 || sched_getaffinity(0, sizeof mask_, &mask_) != 0 || CPU_COUNT(&mask_) < 2) return;
     for (int k = 1; k <= CPU_SETSIZE; ++k) {
       const int cpu = (here + k) % CPU_SETSIZE;
-      if (CPU_ISSET(cpu, &mask)) cpus_.push_back(cpu);
+      if (CPU_ISSET(cpu, &mask_)) cpus_.push_back(cpu);
     }
 #endif
   }
+  // Neither copied nor moved: the threads read the members below until they are joined.
   WorkerThreads(const WorkerThreads&) = delete;
   WorkerThreads& operator=(const WorkerThreads&) = delete;
-  // Joins every thread started (std::jthread's destructor).
+  // Joins every thread started (threads_ is declared last, so it goes first).
   ~WorkerThreads() = default;
 
   // Runs fn() on a new thread. fn must not throw (as with std::jthread, that terminates).
   template <class Fn>
   void start(Fn fn) {
-    auto record = std::make_shared<Start>();
+    Start& record = *starts_.emplace_back(std::make_unique<Start>());
+    try {
 #if defined(__linux__)
-    if (mask_) {
-      record->planned = cpus_[threads_.size() % cpus_.size()];
-      starts_.push_back(record);  // first: nothing may throw between the thread's start and its release
-      std::jthread* t = nullptr;
-      try {
-        t = &threads_.emplace_back([record, mask = mask_, fn = std::move(fn)]() mutable {
-          record->placed.wait(false, std::memory_order_acquire);  // until the creator has placed it
-          record->cpu = sched_getcpu();
-          sched_setaffinity(0, sizeof *mask, mask.get());  // let go: any of the process's CPUs
+      if (!cpus_.empty()) {
+        record.planned = cpus_[threads_.size() % cpus_.size()];
+        std::jthread& t = threads_.emplace_back([&record, mask = &mask_, fn = std::move(fn)]() mutable {
+          record.placed.wait(false, std::memory_order_acquire);  // until the creator has placed it
+          record.cpu = sched_getcpu();
+          sched_setaffinity(0, sizeof *mask, mask);  // let go: any of the process's CPUs
           fn();
         });
-      } catch (...) {
-        starts_.pop_back();
-        throw;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(record.planned, &one);
+        pthread_setaffinity_np(t.native_handle(), sizeof one, &one);  // a hint: failing costs nothing
+        record.placed.store(true, std::memory_order_release);
+        record.placed.notify_one();
+        return;
       }
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(record->planned, &one);
-      pthread_setaffinity_np(t->native_handle(), sizeof one, &one);  // a hint: failing costs nothing
-      record->placed.store(true, std::memory_order_release);
-      record->placed.notify_one();
-      return;
-    }
 #endif
-    starts_.push_back(record);
-    try {
       threads_.emplace_back(std::move(fn));
-    } catch (...) {
+    } catch (...) {  // no thread was started
       starts_.pop_back();
       throw;
     }
@@ -7761,15 +7752,16 @@ class WorkerThreads {
   int started_cpu(std::size_t k) const { return starts_.at(k)->cpu; }
 
  private:
+  // What the k-th thread's start records (on the heap: the thread holds it by address).
   struct Start {
     std::atomic<bool> placed{false};
     int planned = -1;
     int cpu = -1;
   };
-  std::vector<std::shared_ptr<Start>> starts_;
+  std::vector<std::unique_ptr<Start>> starts_;
 #if defined(__linux__)
-  std::shared_ptr<const cpu_set_t> mask_;  // null: start threads plainly
-  std::vector<int> cpus_;                   // the other CPUs first, the creator's last
+  cpu_set_t mask_;         // the creator's CPUs, which each thread takes back
+  std::vector<int> cpus_;  // the other CPUs first, the creator's last; empty: start threads plainly
 #endif
   std::vector<std::jthread> threads_;
 };
@@ -8628,7 +8620,7 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
     std::vector<PieceRead> run;
     // A part of a leaf, a whole leaf stored in one piece, or a group of small whole
     // leaves: bytes read as they lie.
-    const auto in_one_piece = [](const Job& j) {
+    const auto joins_run = [](const Job& j) {
       return !j.group.empty() || j.part || (j.entry->boxes.empty() && j.dst.size() == j.entry->length);
     };
     std::size_t left = 0;  // bytes of the jobs from i on
@@ -8638,7 +8630,7 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
       while (i < jobs_.size() && !stop.load(std::memory_order_acquire)) {
         const Job& j = jobs_[i];
         std::size_t k = i + 1;
-        if (!in_one_piece(j)) {
+        if (!joins_run(j)) {
           index.read(*j.entry, j.dst, false);
         } else {
           // Neighbouring pieces (cut_for_stream's) read together, up to a piece's size,
@@ -8650,7 +8642,7 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
           std::size_t bytes = 0;
           const std::size_t most = left > stream_tail_bytes ? std::min(stream_piece_bytes, left - stream_tail_bytes)
                                                             : stream_tail_piece_bytes;
-          for (k = i; k < jobs_.size() && in_one_piece(jobs_[k]) && (k == i || bytes + jobs_[k].bytes() <= most); ++k) {
+          for (k = i; k < jobs_.size() && joins_run(jobs_[k]) && (k == i || bytes + jobs_[k].bytes() <= most); ++k) {
             for (const LeafRead& r : jobs_[k].group) run.push_back({r.entry, 0, r.dst});
             if (jobs_[k].group.empty()) run.push_back({jobs_[k].entry, jobs_[k].offset, jobs_[k].dst});
             bytes += jobs_[k].bytes();

@@ -282,7 +282,7 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
     std::vector<PieceRead> run;
     // A part of a leaf, a whole leaf stored in one piece, or a group of small whole
     // leaves: bytes read as they lie.
-    const auto in_one_piece = [](const Job& j) {
+    const auto joins_run = [](const Job& j) {
       return !j.group.empty() || j.part || (j.entry->boxes.empty() && j.dst.size() == j.entry->length);
     };
     std::size_t left = 0;  // bytes of the jobs from i on
@@ -292,7 +292,7 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
       while (i < jobs_.size() && !stop.load(std::memory_order_acquire)) {
         const Job& j = jobs_[i];
         std::size_t k = i + 1;
-        if (!in_one_piece(j)) {
+        if (!joins_run(j)) {
           index.read(*j.entry, j.dst, false);
         } else {
           // Neighbouring pieces (cut_for_stream's) read together, up to a piece's size,
@@ -304,7 +304,7 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
           std::size_t bytes = 0;
           const std::size_t most = left > stream_tail_bytes ? std::min(stream_piece_bytes, left - stream_tail_bytes)
                                                             : stream_tail_piece_bytes;
-          for (k = i; k < jobs_.size() && in_one_piece(jobs_[k]) && (k == i || bytes + jobs_[k].bytes() <= most); ++k) {
+          for (k = i; k < jobs_.size() && joins_run(jobs_[k]) && (k == i || bytes + jobs_[k].bytes() <= most); ++k) {
             for (const LeafRead& r : jobs_[k].group) run.push_back({r.entry, 0, r.dst});
             if (jobs_[k].group.empty()) run.push_back({jobs_[k].entry, jobs_[k].offset, jobs_[k].dst});
             bytes += jobs_[k].bytes();

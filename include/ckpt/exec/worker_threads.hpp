@@ -37,55 +37,46 @@ class WorkerThreads {
 #if defined(__linux__)
     // The CPUs this thread may run on, which the new threads inherit, in order from the
     // one after the creator's.
-    cpu_set_t mask;
-    CPU_ZERO(&mask);
+    CPU_ZERO(&mask_);
     const int here = sched_getcpu();
-    if (here < 0 || sched_getaffinity(0, sizeof mask, &mask) != 0 || CPU_COUNT(&mask) < 2) return;
-    mask_ = std::make_shared<const cpu_set_t>(mask);
+    if (here < 0 || sched_getaffinity(0, sizeof mask_, &mask_) != 0 || CPU_COUNT(&mask_) < 2) return;
     for (int k = 1; k <= CPU_SETSIZE; ++k) {
       const int cpu = (here + k) % CPU_SETSIZE;
-      if (CPU_ISSET(cpu, &mask)) cpus_.push_back(cpu);
+      if (CPU_ISSET(cpu, &mask_)) cpus_.push_back(cpu);
     }
 #endif
   }
+  // Neither copied nor moved: the threads read the members below until they are joined.
   WorkerThreads(const WorkerThreads&) = delete;
   WorkerThreads& operator=(const WorkerThreads&) = delete;
-  // Joins every thread started (std::jthread's destructor).
+  // Joins every thread started (threads_ is declared last, so it goes first).
   ~WorkerThreads() = default;
 
   // Runs fn() on a new thread. fn must not throw (as with std::jthread, that terminates).
   template <class Fn>
   void start(Fn fn) {
-    auto record = std::make_shared<Start>();
+    Start& record = *starts_.emplace_back(std::make_unique<Start>());
+    try {
 #if defined(__linux__)
-    if (mask_) {
-      record->planned = cpus_[threads_.size() % cpus_.size()];
-      starts_.push_back(record);  // first: nothing may throw between the thread's start and its release
-      std::jthread* t = nullptr;
-      try {
-        t = &threads_.emplace_back([record, mask = mask_, fn = std::move(fn)]() mutable {
-          record->placed.wait(false, std::memory_order_acquire);  // until the creator has placed it
-          record->cpu = sched_getcpu();
-          sched_setaffinity(0, sizeof *mask, mask.get());  // let go: any of the process's CPUs
+      if (!cpus_.empty()) {
+        record.planned = cpus_[threads_.size() % cpus_.size()];
+        std::jthread& t = threads_.emplace_back([&record, mask = &mask_, fn = std::move(fn)]() mutable {
+          record.placed.wait(false, std::memory_order_acquire);  // until the creator has placed it
+          record.cpu = sched_getcpu();
+          sched_setaffinity(0, sizeof *mask, mask);  // let go: any of the process's CPUs
           fn();
         });
-      } catch (...) {
-        starts_.pop_back();
-        throw;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(record.planned, &one);
+        pthread_setaffinity_np(t.native_handle(), sizeof one, &one);  // a hint: failing costs nothing
+        record.placed.store(true, std::memory_order_release);
+        record.placed.notify_one();
+        return;
       }
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(record->planned, &one);
-      pthread_setaffinity_np(t->native_handle(), sizeof one, &one);  // a hint: failing costs nothing
-      record->placed.store(true, std::memory_order_release);
-      record->placed.notify_one();
-      return;
-    }
 #endif
-    starts_.push_back(record);
-    try {
       threads_.emplace_back(std::move(fn));
-    } catch (...) {
+    } catch (...) {  // no thread was started
       starts_.pop_back();
       throw;
     }
@@ -102,15 +93,16 @@ class WorkerThreads {
   int started_cpu(std::size_t k) const { return starts_.at(k)->cpu; }
 
  private:
+  // What the k-th thread's start records (on the heap: the thread holds it by address).
   struct Start {
     std::atomic<bool> placed{false};
     int planned = -1;
     int cpu = -1;
   };
-  std::vector<std::shared_ptr<Start>> starts_;
+  std::vector<std::unique_ptr<Start>> starts_;
 #if defined(__linux__)
-  std::shared_ptr<const cpu_set_t> mask_;  // null: start threads plainly
-  std::vector<int> cpus_;                   // the other CPUs first, the creator's last
+  cpu_set_t mask_;         // the creator's CPUs, which each thread takes back
+  std::vector<int> cpus_;  // the other CPUs first, the creator's last; empty: start threads plainly
 #endif
   std::vector<std::jthread> threads_;
 };
