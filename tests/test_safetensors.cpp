@@ -71,11 +71,11 @@ std::map<std::string, std::vector<std::byte>> leaf_bytes(const ckpt::Tree& t) {
 
 // A safetensors file from a header text and a data buffer, as a hostile writer would make it.
 void write_raw(const fs::path& p, const std::string& header, std::size_t data_bytes, std::uint64_t claimed_len = ~0ull) {
-  std::vector<char> b(8);
+  // Sized once and filled in place (an insert after 8 bytes draws GCC 12 -O3's false -Warray-bounds).
+  std::vector<char> b(8 + header.size() + data_bytes, 1);
   const std::uint64_t n = claimed_len == ~0ull ? header.size() : claimed_len;
   for (int i = 0; i < 8; ++i) b[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-  b.insert(b.end(), header.begin(), header.end());
-  b.resize(b.size() + data_bytes, 1);
+  std::copy(header.begin(), header.end(), b.begin() + 8);
   test::write_bytes(p, b);
 }
 

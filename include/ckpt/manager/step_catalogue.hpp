@@ -114,7 +114,8 @@ inline std::string steps_list(const std::map<std::int64_t, StepInfo>& steps) {
   std::size_t n = 0;
   for (const auto& [step, info] : steps) {
     if (++n > 20) return s + " ...)";
-    s += " " + std::to_string(step);
+    s += ' ';  // appended piece by piece: GCC 12 at -O3 warns falsely (-Wrestrict) on " " + string
+    s += std::to_string(step);
   }
   return s + ")";
 }
