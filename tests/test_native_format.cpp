@@ -3,6 +3,8 @@
 #include "support.hpp"
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -676,5 +678,40 @@ TEST_CASE("worker threads start on another CPU than their creator's and are then
     REQUIRE(pinned == 0);
     CHECK(planned == -1);
     CHECK(CPU_EQUAL(&worker, &one));
+  }
+}
+
+// exec::BackgroundTask, which replaced std::async for the tile checksums hashed beside a
+// save: wait() returns once the work is done and rethrows what it threw, once; a task
+// destroyed unwaited (its caller unwinding) joins the thread first.
+TEST_CASE("a background task's wait joins its thread and rethrows its exception once") {
+  {
+    std::atomic<int> done{0};
+    ckpt::exec::BackgroundTask task;
+    task.wait();  // never started: returns at once
+    task.start([&done] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      done = 1;
+    });
+    task.wait();
+    CHECK(done == 1);
+    task.wait();  // waited for already
+  }
+  {
+    ckpt::exec::BackgroundTask task;
+    task.start([] { throw ckpt::Error("ckpt-dir", "a.b", "tile hashing failed"); });
+    CHECK_THROWS_WITH_AS(task.wait(), doctest::Contains("tile hashing failed"), ckpt::Error);
+    CHECK_NOTHROW(task.wait());  // the error is handed over once
+  }
+  std::atomic<int> finished{0};
+  try {
+    ckpt::exec::BackgroundTask task;
+    task.start([&finished] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      finished = 1;
+    });
+    throw std::runtime_error("the caller fails first");
+  } catch (const std::runtime_error&) {
+    CHECK(finished == 1);  // the task's destructor joined the thread before the catch
   }
 }

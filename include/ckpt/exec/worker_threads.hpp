@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -105,6 +106,43 @@ class WorkerThreads {
   std::vector<int> cpus_;  // the other CPUs first, the creator's last; empty: start threads plainly
 #endif
   std::vector<std::jthread> threads_;
+};
+
+// One function run on a helper thread, placed as WorkerThreads places its threads,
+// while the caller goes on: what std::async(std::launch::async, fn) gives, without a
+// thread that waits on its creator's CPU. wait() joins it and rethrows what fn threw.
+// Destroyed without wait() (the caller is unwinding), it joins and drops that error.
+class BackgroundTask {
+ public:
+  BackgroundTask() = default;
+  BackgroundTask(const BackgroundTask&) = delete;  // the thread holds `this`
+  BackgroundTask& operator=(const BackgroundTask&) = delete;
+
+  // Starts fn() on the helper thread; once per task.
+  template <class Fn>
+  void start(Fn fn) {
+    thread_.start([this, fn = std::move(fn)]() mutable {
+      try {
+        fn();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    });
+    started_ = true;
+  }
+  // Waits for fn to finish (at once when it was never started, or waited for already)
+  // and rethrows what it threw.
+  void wait() {
+    if (!started_) return;
+    started_ = false;
+    thread_.join();
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  std::exception_ptr error_;
+  bool started_ = false;
+  WorkerThreads thread_;  // last: joined before error_ goes
 };
 
 }  // namespace ckpt::exec

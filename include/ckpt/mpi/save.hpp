@@ -32,7 +32,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
-#include <future>
 #include <map>
 #include <optional>
 #include <string>
@@ -41,6 +40,7 @@
 
 #include <ckpt/ckpt.hpp>
 #include <ckpt/exec/progress_tracker.hpp>
+#include <ckpt/exec/worker_threads.hpp>
 #include <ckpt/format/native/boxes.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/writer.hpp>
@@ -243,9 +243,9 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
   auto hash_tiles = [&](std::size_t k) {
     tiles[k] = ckpt::detail::native::box_tile_checksums(*jobs[k].shape, mine.leaves[k].data.type, mine.leaves[k].data.view);
   };
-  std::future<void> tiling;
+  exec::BackgroundTask tiling;
   if (!in_rank_file.empty()) {
-    tiling = std::async(std::launch::async, [&] {
+    tiling.start([&] {
       for (std::size_t k : in_rank_file)
         if (jobs[k].box >= 0) hash_tiles(k);
     });
@@ -280,7 +280,7 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
     entries[k].chunk_xxh3 = std::move(chunks);
   }
   for (auto& [f, path] : unsynced) f.sync(path);
-  if (tiling.valid()) tiling.get();
+  tiling.wait();
   for (std::size_t k = 0; k < jobs.size(); ++k) {
     out.sums.push_back(entries[k].checksum);
     // a box's piece checksums are the writer's chunk checksums (1 MiB each): not hashed

@@ -3,11 +3,11 @@
 #pragma once
 
 #include <cstdint>
-#include <future>
 #include <span>
 #include <string>
 #include <vector>
 
+#include <ckpt/exec/worker_threads.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/tile_checksums.hpp>
@@ -72,7 +72,7 @@ class BoxTiles {
     for (const auto& l : snap.leaves) any = any || (l.box && l.data.view.size() > box_piece);
     if (!any) return;
     tiles_.resize(snap.leaves.size());
-    hashing_ = std::async(std::launch::async, [this, &snap] {
+    hashing_.start([this, &snap] {
       for (std::size_t i = 0; i < snap.leaves.size(); ++i)
         if (const SnapshotLeaf& l = snap.leaves[i]; l.box) tiles_[i] = box_tile_checksums(l.data.shape, l.data.type, l.data.view);
     });
@@ -80,13 +80,13 @@ class BoxTiles {
   BoxTiles(const BoxTiles&) = delete;  // the hashing thread holds `this`
   BoxTiles& operator=(const BoxTiles&) = delete;
   std::vector<std::uint64_t> take(std::size_t i) {
-    if (hashing_.valid()) hashing_.get();
+    hashing_.wait();
     return i < tiles_.size() ? std::move(tiles_[i]) : std::vector<std::uint64_t>{};
   }
 
  private:
   std::vector<std::vector<std::uint64_t>> tiles_;
-  std::future<void> hashing_;
+  exec::BackgroundTask hashing_;  // last: joined before tiles_ goes
 };
 
 // After the writer has stored every leaf whole: the entries of Sharded leaves become
