@@ -51,6 +51,7 @@
 #define HAVE_CEREAL 0
 #endif
 
+#include "page_cache.hpp"
 #include "positional_args.hpp"
 
 namespace fs = std::filesystem;
@@ -75,30 +76,6 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-void each_file(const fs::path& p, const std::function<void(const fs::path&)>& f) {
-  if (fs::is_directory(p)) {
-    for (const auto& e : fs::recursive_directory_iterator(p))
-      if (e.is_regular_file()) f(e.path());
-  } else if (fs::exists(p)) {
-    f(p);
-  }
-}
-void fsync_all(const fs::path& p) {
-  each_file(p, [](const fs::path& f) {
-    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) (void)::fsync(fd), ::close(fd);
-  });
-}
-void drop_cache(const fs::path& p) {
-  each_file(p, [](const fs::path& f) {
-    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    (void)::fsync(fd);
-    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-  });
-}
 
 // ---- plain: every leaf's bytes back to back in one file ----
 void plain_save(const PeerState& s, const fs::path& file) {
@@ -356,7 +333,9 @@ int main(int argc, char** argv) {
       first = false;
     }
   }
-  std::printf("%s\n(%d rounds, alternating order; vs = that median / this median: >= 1 is faster)\n",
+  std::printf("%s\n(%d rounds, alternating order; vs = that median / this median: >= 1 is faster)\n"
+              "(cold: this machine's page cache dropped; a VM's host may still serve the reads from its own cache:\n"
+              " bench/page_cache.hpp)\n",
               std::string(92, '-').c_str(), rounds);
   return 0;
 }

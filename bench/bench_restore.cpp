@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "page_cache.hpp"
 #include "positional_args.hpp"
 
 namespace fs = std::filesystem;
@@ -63,23 +64,6 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// fsync + DONTNEED every regular file under p (a file or a directory).
-void drop_cache(const fs::path& p) {
-  auto drop = [](const fs::path& f) {
-    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    (void)::fsync(fd);
-    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-  };
-  if (fs::is_directory(p)) {
-    for (const auto& e : fs::recursive_directory_iterator(p))
-      if (e.is_regular_file()) drop(e.path());
-  } else {
-    drop(p);
-  }
-}
 
 void plain_write(const fs::path& file, const std::byte* p, std::size_t n) {
   const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -232,6 +216,9 @@ int main(int argc, char** argv) {
   row("restore_into, 48 leaves, cold", rc, pc, ">= 0.90x", 0.9);
   row("restore_into, 1 leaf, cold", oc, pc, ">= 0.90x", 0.9);
   row("restore_into, GPT-2 layout, cold", gc, pc, ">= 0.90x", 0.9);
-  std::printf("(%d rounds, alternating order; vs plain = plain median / this median)\n", rounds);
+  std::printf("(%d rounds, alternating order; vs plain = plain median / this median)\n"
+              "(cold: this machine's page cache dropped; a VM's host may still serve the reads from its own cache:\n"
+              " bench/page_cache.hpp)\n",
+              rounds);
   return 0;
 }
