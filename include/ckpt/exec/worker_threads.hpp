@@ -15,6 +15,9 @@
 // runs, and lets go of that placement as its first act: afterwards the kernel moves it as
 // it likes. Nothing is pinned for longer than a thread's start, and a process allowed one
 // CPU (or a system without these calls) starts its threads as std::jthread does.
+//
+// BackgroundTask, below, is the same placement for one function the caller waits for
+// later (std::async's shape): the tile hashing beside a Sharded save.
 #pragma once
 
 #include <atomic>
