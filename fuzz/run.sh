@@ -53,7 +53,7 @@ run_one() {
   local slow start took
   while IFS= read -r slow; do
     start=$(date +%s%N)
-    timeout 60 "$bin/fuzz_$t" -timeout=25 "$slow" >/dev/null 2>&1
+    timeout 60 "$bin/fuzz_$t" -timeout=25 -artifact_prefix="$findings/" "$slow" >/dev/null 2>&1
     took=$((($(date +%s%N) - start) / 1000000))
     if [ "$took" -lt 10000 ]; then
       mkdir -p "$build/fuzz-logs/slow-under-load"
