@@ -89,9 +89,10 @@ clang: deps
 	$(call cmake_build,$(CLANG_BUILD_DIR),-DCMAKE_CXX_COMPILER=clang++ -DCKPT_USE_SINGLE_INCLUDE=ON $(CHECK_ONLY))
 	$(call ctest_run,$(CLANG_BUILD_DIR))
 
-# What CI runs after the gcc build: one build that checks four things at once
+# What CI runs after the gcc build: one build that checks several things at once
 # (clang, the single header in header-only mode, ASan+UBSan, and a short fuzzing run of
-# every reader: the fuzz_smoke test), at -O0 with line tables only: clang spends three
+# every reader: the fuzz_smoke test), and clang's wording of the compile-error snippets
+# (compile_fail), at -O0 with line tables only: clang spends three
 # quarters of a test file's compile in the optimizer at -O1 (-ftime-trace), the tests
 # are I/O-bound and run in seconds either way, and line tables are all a sanitizer
 # report needs.
