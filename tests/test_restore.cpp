@@ -438,4 +438,223 @@ TEST_CASE("restore under max_memory: a leaf cast to another dtype is converted a
   CHECK(k.kernel.shape()[0] == 10);
 }
 
+// ---- the native format's leaf table (format/native/leaf_table.hpp) --------------------
+
+struct TableInner {
+  std::vector<double> w;
+  std::string name;
+};
+// Every kind of leaf a table restore meets: leaves it reads itself (small arrays,
+// strings, a scalar in a data file) and leaves it hands to its side index (an empty
+// optional, a leaf with chunk checksums), in an order that is not path order.
+struct TableMixed {
+  std::int64_t step = 0;
+  std::string tag;
+  std::optional<std::vector<float>> unset;
+  std::optional<std::int32_t> some;
+  std::vector<std::vector<float>> small;   // 256 bytes each: inline in the manifest
+  std::vector<std::vector<float>> medium;  // 4 KiB and more: in a data file
+  std::vector<float> big;                  // 3 MiB: chunk checksums
+  std::map<std::string, TableInner> named;
+  xt::xtensor<float, 2> matrix;
+  std::vector<std::vector<std::int16_t>> after;
+};
+
+TableMixed table_state() {
+  TableMixed m;
+  m.step = 41;
+  m.tag = "run-7";
+  m.some = -3;
+  for (int i = 0; i < 300; ++i) m.small.push_back(std::vector<float>(64, static_cast<float>(i) * 0.5f));
+  for (int i = 0; i < 200; ++i) m.medium.push_back(std::vector<float>(1024 + 512 * (i % 3), static_cast<float>(i) - 0.25f));
+  m.big.resize(std::size_t{3} << 18);
+  for (std::size_t i = 0; i < m.big.size(); ++i) m.big[i] = static_cast<float>(i % 1000);
+  m.named["b"] = {{1.0, 2.0}, "bee"};
+  m.named["a"] = {{3.0}, "ay"};
+  m.matrix = xt::arange<float>(12.0f).reshape({3, 4});
+  for (int i = 0; i < 11; ++i) m.after.push_back({static_cast<std::int16_t>(i), 7});
+  return m;
+}
+
+void check_table_state(const TableMixed& a, const TableMixed& b) {
+  CHECK(a.step == b.step);
+  CHECK(a.tag == b.tag);
+  CHECK(a.unset.has_value() == b.unset.has_value());
+  CHECK(a.some == b.some);
+  CHECK(a.small == b.small);
+  CHECK(a.medium == b.medium);
+  CHECK(a.big == b.big);
+  REQUIRE(a.named.size() == b.named.size());
+  for (const auto& [k, v] : a.named) {
+    CHECK(b.named.at(k).w == v.w);
+    CHECK(b.named.at(k).name == v.name);
+  }
+  CHECK(a.matrix == b.matrix);
+  CHECK(a.after == b.after);
+}
+
+TEST_CASE("a local native checkpoint restores through its leaf table, as through its Index") {
+  test::TempDir tmp;
+  const TableMixed m = table_state();
+  ckpt::save(tmp / "c", m);
+  // The table serves plain restores, with or without a subtree or a cast...
+  CHECK(ckpt::detail::table_fill(tmp / "c", {}, false) != nullptr);
+  CHECK(ckpt::detail::table_fill(tmp / "c", {.subtree = "named", .restore_dtype = ckpt::dtype::float32}, true) != nullptr);
+  // ...and not what only an Index serves, nor another format, nor a non-checkpoint.
+  CHECK(ckpt::detail::table_fill(tmp / "c", {.transform = [](ckpt::Tree&) {}}, false) == nullptr);
+  CHECK(ckpt::detail::table_fill(tmp / "c", {.progress = [](const ckpt::Progress&) { return true; }}, false) == nullptr);
+  CHECK(ckpt::detail::table_fill(tmp / "c", {.max_memory = 1 << 20}, false) == nullptr);
+  std::filesystem::create_directories(tmp / "empty");
+  CHECK(ckpt::detail::table_fill(tmp / "empty", {}, false) == nullptr);
+
+  {  // the table fill itself, which must not need the Index for any of these leaves
+    TableMixed direct;
+    const auto table = ckpt::detail::table_fill(tmp / "c", {}, false);
+    ckpt::Path start = table->start();
+    ckpt::fill_from_index(direct, start, *table);
+    table->finish();
+    check_table_state(m, direct);
+  }
+  const TableMixed via_table = ckpt::restore<TableMixed>(tmp / "c");
+  check_table_state(m, via_table);
+  TableMixed via_index;
+  ckpt::detail::restore_from_index(ckpt::open_index(tmp / "c"), via_index, {}, false);
+  check_table_state(m, via_index);
+
+  // Into a value of the same shapes, its arrays already sized.
+  TableMixed into = table_state();
+  for (auto& v : into.small) std::fill(v.begin(), v.end(), -1.0f);
+  for (auto& v : into.medium) std::fill(v.begin(), v.end(), -1.0f);
+  std::fill(into.big.begin(), into.big.end(), -1.0f);
+  into.step = 0;
+  ckpt::restore_into(tmp / "c", into);
+  check_table_state(m, into);
+  // A non-empty array of another shape is refused, naming it.
+  into.small[5].resize(3);
+  try {
+    ckpt::restore_into(tmp / "c", into);
+    FAIL("restored 64 floats into 3");
+  } catch (const ckpt::ShapeMismatchError& e) {
+    CHECK(e.path() == "small.5");
+  }
+
+  // A subtree into its own type, with a cast of its doubles to floats.
+  struct Narrow {
+    std::vector<float> w;
+    std::string name;
+  };
+  const auto b = ckpt::restore<Narrow>(tmp / "c", {.subtree = "named.b", .restore_dtype = ckpt::dtype::float32});
+  CHECK(b.w == std::vector<float>{1.0f, 2.0f});
+  CHECK(b.name == "bee");
+  CHECK_THROWS_AS(ckpt::restore<Narrow>(tmp / "c", {.subtree = "named.c"}), ckpt::MissingLeafError);
+
+  // Leaves the target has and the checkpoint lacks: all named at once, or kept.
+  struct Extra {
+    std::int64_t step = 0;
+    std::vector<float> missing_a{1.0f};
+    std::int32_t missing_b = 5;
+  };
+  try {
+    (void)ckpt::restore<Extra>(tmp / "c");
+    FAIL("restored leaves the checkpoint lacks");
+  } catch (const ckpt::MissingLeafError& e) {
+    CHECK(std::string(e.what()).find("missing_a") != std::string::npos);
+    CHECK(std::string(e.what()).find("missing_b") != std::string::npos);
+  }
+  const Extra kept = ckpt::restore<Extra>(tmp / "c", {.allow_missing = true});
+  CHECK(kept.step == 41);
+  CHECK(kept.missing_b == 5);
+
+  // Without verification, the same bytes.
+  check_table_state(m, ckpt::restore<TableMixed>(tmp / "c", {.verify_checksums = false}));
+}
+
+TEST_CASE("a leaf table restore that meets a lazy or a sharded leaf starts again through the Index") {
+  test::TempDir tmp;
+  struct WithLazy {
+    std::vector<std::vector<float>> small;
+    ckpt::lazy<std::vector<float>> later;
+  };
+  WithLazy w;
+  for (int i = 0; i < 50; ++i) w.small.push_back({static_cast<float>(i)});
+  w.later = std::vector<float>{4.0f, 5.0f};
+  ckpt::save(tmp / "c", w);
+  WithLazy back;
+  back.small.assign(50, {-1.0f});
+  ckpt::restore_into(tmp / "c", back);
+  CHECK(back.small == w.small);
+  CHECK_FALSE(back.later.loaded());
+  CHECK(back.later.get() == std::vector<float>{4.0f, 5.0f});
+
+  struct WithSharded {
+    std::vector<std::vector<float>> small;
+    ckpt::Sharded<std::vector<float>> part;
+  };
+  WithSharded s;
+  s.small = w.small;
+  s.part.local = {1, 2, 3, 4, 5, 6};
+  s.part.global_shape = {6};
+  s.part.offset = {0};
+  ckpt::save(tmp / "s", s);
+  WithSharded half;
+  half.part.global_shape = {6};
+  half.part.offset = {2};
+  half.part.local.resize(3);
+  ckpt::restore_into(tmp / "s", half);
+  CHECK(half.small == s.small);
+  CHECK(half.part.local == std::vector<float>{3, 4, 5});
+}
+
+TEST_CASE("damaged leaves read through the leaf table are refused, naming the leaf") {
+  test::TempDir tmp;
+  struct Many {
+    std::vector<std::vector<float>> leaves;
+  };
+  Many m;
+  for (int i = 0; i < 40; ++i) m.leaves.push_back(std::vector<float>(1024, static_cast<float>(i)));  // in a data file
+  const auto fresh = [&] {
+    ckpt::save(tmp / "c", m, {.force = true});
+    const auto index = ckpt::open_index(tmp / "c");
+    return *index->find(ckpt::Path({"leaves", "7"}));
+  };
+  const auto expect = [&](const std::string& path, const std::string& what) {
+    try {
+      (void)ckpt::restore<Many>(tmp / "c");
+      FAIL("restored a damaged checkpoint");
+    } catch (const ckpt::CorruptCheckpointError& e) {
+      CHECK(e.checkpoint() == (tmp / "c").string());
+      CHECK(e.path() == path);
+      CHECK_MESSAGE(std::string(e.what()).find(what) != std::string::npos, e.what());
+    }
+  };
+  {  // one flipped byte in leaf 7, read in a run with its neighbours
+    const ckpt::IndexEntry e = fresh();
+    auto bytes = test::read_bytes(tmp / "c" / e.file);
+    bytes[e.offset + 100] ^= 0x40;
+    test::write_bytes(tmp / "c" / e.file, bytes);
+    expect("leaves.7", "checksum mismatch");
+    // Unverified, the restore takes the bytes as they are.
+    const Many raw = ckpt::restore<Many>(tmp / "c", {.verify_checksums = false});
+    CHECK(raw.leaves[7] != m.leaves[7]);
+    CHECK(raw.leaves[8] == m.leaves[8]);
+  }
+  {  // the data file cut inside leaf 7
+    const ckpt::IndexEntry e = fresh();
+    std::filesystem::resize_file(tmp / "c" / e.file, e.offset + 10);
+    expect("leaves.7", "lie outside");
+  }
+  {  // the data file gone: the first leaf in it is named
+    const ckpt::IndexEntry e = fresh();
+    std::string first;
+    const auto index = ckpt::open_index(tmp / "c");
+    for (const auto& x : index->entries())
+      if (x.file == e.file) {
+        first = x.path.str();
+        break;
+      }
+    std::filesystem::remove(tmp / "c" / e.file);
+    expect(first, "missing or unreadable");
+  }
+}
+
 }  // namespace restore_test

@@ -23,12 +23,11 @@
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/tree/path.hpp>
+#include <ckpt/tree/path_order.hpp>
 #include <ckpt/tree/schema.hpp>
 #if CKPT_DEFINE_API
 #include <algorithm>
 #include <cstring>
-
-#include <ckpt/detail/sort_runs.hpp>
 #endif
 
 namespace ckpt {
@@ -225,15 +224,7 @@ class Index {
   // fn returns false. (A restore counts a list's 20,000 items this way.)
   template <class Fn>
   void for_each_child(const Path& p, Fn&& fn) const {
-    const auto& pre = p.segments();
-    const std::string* last = nullptr;
-    for (auto it = lower_bound(pre); it != sorted_.end() && starts_with(segments(*it), pre); ++it) {
-      if (segments(*it).size() == pre.size()) continue;
-      const std::string& seg = segments(*it)[pre.size()];
-      if (last && *last == seg) continue;
-      last = &seg;
-      if (!fn(seg)) return;
-    }
+    order_.for_each_child(segments_of(), p.segments(), fn);
   }
   // Reads a leaf's bytes into dst (dst.size() == e.length), verifying its checksum when asked.
   void read(const IndexEntry& e, std::span<std::byte> dst, bool verify = true) const;
@@ -272,32 +263,19 @@ class Index {
   }
 
  private:
-  static bool starts_with(const std::vector<std::string>& v, const std::vector<std::string>& pre) {
-    return v.size() >= pre.size() && std::equal(pre.begin(), pre.end(), v.begin());
+  // Entry i's path segments, for order_.
+  auto segments_of() const {
+    return [this](std::uint32_t i) -> const std::vector<std::string>& { return entries_[i].path.segments(); };
   }
-  const std::vector<std::string>& segments(std::uint32_t i) const { return entries_[i].path.segments(); }
-  // The order of sorted_: segment by segment, list indices (all digits) before other
-  // names and by value, so that a list's items, which writers walk 0, 1, 2, ..., are
-  // already in order (see the constructor); the rest byte by byte. A total order, and
-  // lexicographic over segments, so a subtree is still a contiguous range.
-  static bool path_less(const std::vector<std::string>& a, const std::vector<std::string>& b);
-  // The first entry (in sorted_) whose path is not less than p.
-  std::vector<std::uint32_t>::const_iterator lower_bound(const std::vector<std::string>& p) const;
 
   std::string checkpoint_;
   IndexInfo info_;
   IndexEntries entries_;
-  // Entry numbers in path order (path_less): lookups are binary searches, and a subtree
-  // is a range. A sorted vector rather than a map: no copy of any path, and opening
-  // 20,000 leaves builds it in one pass when the writer's order is already path order
-  // (a list of leaves), else one sort, instead of 20,000 node allocations.
-  std::vector<std::uint32_t> sorted_;
-  // Where find() looks first: the entry after the one it found last. A restore walks
-  // its target in the order the writer walked the same struct, which is the entries'
-  // order, so most lookups cost one path comparison instead of a binary search (20,000
-  // leaves: 15 comparisons each, 5% of a restore). Only a hint: threads that race on it
-  // lose nothing but the shortcut.
-  mutable std::atomic<std::uint32_t> find_hint_{0};
+  // Entry numbers in path order (tree/path_order.hpp): lookups are binary searches, and
+  // a subtree is a range. A sorted vector rather than a map: no copy of any path, and
+  // opening 20,000 leaves builds it in one pass when the writer's order is already path
+  // order (a list of leaves), else one sort, instead of 20,000 node allocations.
+  detail::PathOrder order_;
   std::shared_ptr<const IndexReader> reader_;
   std::shared_ptr<const void> keep_alive_;
 };
@@ -332,63 +310,17 @@ CKPT_API Index::Index(std::string checkpoint, IndexInfo info, IndexEntries entri
       keep_alive_(std::move(keep_alive)) {
   if (entries_.size() > std::numeric_limits<std::uint32_t>::max())
     throw CorruptCheckpointError(checkpoint_, "", "more than 2^32 leaves");
-  sorted_.resize(entries_.size());
-  for (std::size_t i = 0; i < sorted_.size(); ++i) sorted_[i] = static_cast<std::uint32_t>(i);
-  // A list of 20,000 leaves comes in path order already, perhaps after a scalar or two
-  // ("step" before "leaves.0"): merging those runs takes one pass where a sort took a
-  // millisecond or two. Strictly increasing also means no path appears twice. Stable:
-  // of two equal paths the first is reported, as the order in the file has it.
-  const bool in_order = detail::stable_sort_runs(
-      sorted_.begin(), sorted_.end(), [&](std::uint32_t a, std::uint32_t b) { return path_less(segments(a), segments(b)); });
-  for (std::size_t k = 1; k < sorted_.size(); ++k) {
-    const auto& a = segments(sorted_[k - 1]);
-    const auto& b = segments(sorted_[k]);
-    if (!in_order && a == b)
-      throw CorruptCheckpointError(checkpoint_, entries_[sorted_[k]].path.str(), "leaf appears twice in the checkpoint");
-    if (b.size() > a.size() && std::equal(a.begin(), a.end(), b.begin()))
-      throw CorruptCheckpointError(checkpoint_, entries_[sorted_[k - 1]].path.str(),
-                                   "path is both a leaf and an inner node");
-  }
-}
-
-CKPT_API bool Index::path_less(const std::vector<std::string>& a, const std::vector<std::string>& b) {
-  const auto digits = [](const std::string& s) {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  const std::size_t n = std::min(a.size(), b.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::string& x = a[i];
-    const std::string& y = b[i];
-    if (x == y) continue;
-    const bool dx = digits(x), dy = digits(y);
-    if (dx != dy) return dx;                                // list indices before names
-    if (dx && x.size() != y.size()) return x.size() < y.size();  // "2" before "10"
-    return x < y;
-  }
-  return a.size() < b.size();
-}
-
-CKPT_API std::vector<std::uint32_t>::const_iterator Index::lower_bound(const std::vector<std::string>& p) const {
-  return std::lower_bound(sorted_.begin(), sorted_.end(), p,
-                          [&](std::uint32_t i, const std::vector<std::string>& key) { return path_less(segments(i), key); });
+  order_.build(static_cast<std::uint32_t>(entries_.size()), segments_of(), [&](std::uint32_t i, const char* what) {
+    throw CorruptCheckpointError(checkpoint_, entries_[i].path.str(), what);
+  });
 }
 
 CKPT_API const IndexEntry* Index::find(const Path& p) const {
-  const std::uint32_t hint = find_hint_.load(std::memory_order_relaxed);
-  if (hint < entries_.size() && segments(hint) == p.segments()) {  // paths are unique (checked above)
-    find_hint_.store(hint + 1, std::memory_order_relaxed);
-    return &entries_[hint];
-  }
-  auto it = lower_bound(p.segments());
-  if (it == sorted_.end() || segments(*it) != p.segments()) return nullptr;
-  find_hint_.store(*it + 1, std::memory_order_relaxed);
-  return &entries_[*it];
+  const std::uint32_t i = order_.find(segments_of(), p.segments());
+  return i == detail::PathOrder::none ? nullptr : &entries_[i];
 }
 
-CKPT_API bool Index::has_subtree(const Path& p) const {
-  auto it = lower_bound(p.segments());
-  return it != sorted_.end() && starts_with(segments(*it), p.segments());
-}
+CKPT_API bool Index::has_subtree(const Path& p) const { return order_.has_subtree(segments_of(), p.segments()); }
 
 CKPT_API std::vector<std::string> Index::children(const Path& p) const {
   std::vector<std::string> out;

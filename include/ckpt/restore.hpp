@@ -10,6 +10,7 @@
 #include <ckpt/format/registry.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/restore/fill.hpp>
+#include <ckpt/restore/table_fill.hpp>
 #include <ckpt/restore/tree.hpp>
 #include <ckpt/detail/static_error.hpp>
 
@@ -21,7 +22,7 @@ CKPT_API std::shared_ptr<const Index> index_for(std::shared_ptr<const Index> ind
 // The path of opts.subtree, which must exist in index.
 CKPT_API Path subtree_path(const Index& index, const RestoreOptions& opts);
 // After the fill: reports every missing leaf at once, then runs the queued reads.
-CKPT_API void finish_restore(FillContext& ctx, exec::ReadQueue& reads);
+CKPT_API void finish_restore(const FillContext& ctx, exec::ReadQueue& reads);
 
 template <class T>
 void restore_from_index(std::shared_ptr<const Index> index, T& target, const RestoreOptions& opts,
@@ -32,17 +33,34 @@ void restore_from_index(std::shared_ptr<const Index> index, T& target, const Res
   exec::ReadQueue reads;
   reads.reserve(index->entries().size());
   if (opts.progress) reads.set_progress(opts.progress, index->checkpoint());  // issue 11
-  FillContext ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only, &reads, opts.max_memory},
+  IndexFill ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only, &reads, opts.max_memory},
                   opts.allow_missing);
   fill_from_index(target, path, ctx);  // sizes the target and queues the reads
   finish_restore(ctx, reads);
+}
+
+// A restore of the checkpoint at dir into a typed target: from the native format's leaf
+// table when it serves (restore/table_fill.hpp), else from the checkpoint's Index.
+template <class T>
+void restore_from_dir(const std::filesystem::path& dir, T& target, const RestoreOptions& opts, bool check_dynamic_shapes) {
+  node::require_tree<T>();
+  if (const std::unique_ptr<TableFill> table = table_fill(dir, opts, check_dynamic_shapes)) {
+    try {
+      Path path = table->start();
+      fill_from_index(target, path, *table);
+      table->finish();
+      return;
+    } catch (const NeedsIndex&) {  // what only an Index serves: start again with one
+    }
+  }
+  restore_from_index(open_index(dir), target, opts, check_dynamic_shapes);
 }
 }  // namespace detail
 
 // Restores into an existing value: its non-empty arrays must have the checkpoint's shapes.
 template <class T>
 void restore_into(const std::filesystem::path& dir, T& target, const RestoreOptions& opts = {}) {
-  detail::restore_from_index(open_index(dir), target, opts, true);
+  detail::restore_from_dir(dir, target, opts, true);
 }
 
 // Restores a new T (default-constructed, then filled; arrays take the checkpoint's shapes).
@@ -53,7 +71,7 @@ T restore(const std::filesystem::path& dir, const RestoreOptions& opts = {}) {
                                   "Construct the value yourself and fill it with ckpt::restore_into(dir, value).",
                                   CKPT_NAMED_ABOVE));
   T value{};
-  detail::restore_from_index(open_index(dir), value, opts, false);
+  detail::restore_from_dir(dir, value, opts, false);
   return value;
 }
 
@@ -94,8 +112,8 @@ CKPT_API Path detail::subtree_path(const Index& index, const RestoreOptions& opt
   return path;
 }
 
-CKPT_API void detail::finish_restore(FillContext& ctx, exec::ReadQueue& reads) {
-  if (!ctx.missing.empty()) throw MissingLeafError(ctx.index.checkpoint(), std::move(ctx.missing));
+CKPT_API void detail::finish_restore(const FillContext& ctx, exec::ReadQueue& reads) {
+  if (!ctx.missing.empty()) throw MissingLeafError(ctx.checkpoint(), ctx.missing);
   reads.run();
 }
 #endif

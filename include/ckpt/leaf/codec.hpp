@@ -37,7 +37,7 @@ struct IndexEntry;
 CKPT_API std::string shape_str(const Shape& s);
 
 // Number of elements, or -1 when a dimension is negative or the product overflows 2^62.
-inline std::int64_t element_count(const Shape& s) {
+inline std::int64_t element_count(std::span<const std::int64_t> s) {
   std::int64_t n = 1;
   for (std::int64_t d : s) {
     if (d < 0) return -1;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
+#include <ckpt/detail/function_ref.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/tree/node.hpp>
 #include <ckpt/tree/path.hpp>
@@ -93,47 +94,102 @@ CKPT_API void IndexLeafSource::read_pieces(
 }
 #endif
 
-struct FillContext {
-  std::shared_ptr<const Index> index_ptr;
-  const Index& index;
-  ReadSettings settings;
-  bool allow_missing = false;
-  std::vector<std::string> missing;
+// What a fill asks of the checkpoint it reads: leaves by path, subtrees, a list's or
+// a map's items, and a LeafSource for each leaf it restores. An Index answers
+// (IndexFill, below); so does the native format's leaf table, which restores many
+// leaves without an IndexEntry each (format/native/leaf_table.hpp). Virtual, so that
+// fill_from_index is compiled once per target type whoever answers.
+class FillContext {
+ public:
+  using Leaf = std::uint32_t;  // a leaf found by find()
+  static constexpr Leaf no_leaf = ~Leaf{0};
 
-  FillContext(std::shared_ptr<const Index> idx, ReadSettings s, bool allow)
-      : index_ptr(std::move(idx)), index(*index_ptr), settings(s), allow_missing(allow) {}
+  explicit FillContext(bool allow) : allow_missing(allow) {}
+  FillContext(const FillContext&) = delete;
+  FillContext& operator=(const FillContext&) = delete;
 
+  virtual const std::string& checkpoint() const = 0;
+  virtual Leaf find(const Path& p) const = 0;  // no_leaf when no leaf lies at p
+  virtual bool has_subtree(const Path& p) const = 0;
+  // An empty node (a default-constructed optional or an empty list) lies at p.
+  virtual bool is_empty_node(const Path& p) const = 0;
+  // Calls fn(segment) for each distinct segment that follows p, in path order (list
+  // indices by value, then names); stops when fn returns false.
+  virtual void for_each_child(const Path& p, detail::FunctionRef<bool(std::string_view)> fn) const = 0;
+  // The source a leaf codec restores leaf l from; valid until the next call.
+  virtual const LeafSource& source(Leaf l) = 0;
+
+  std::vector<std::string> children(const Path& p) const {
+    std::vector<std::string> out;
+    for_each_child(p, [&](std::string_view seg) {
+      out.emplace_back(seg);
+      return true;
+    });
+    return out;
+  }
   void report_missing(const Path& p) {
     if (!allow_missing) missing.push_back(p.str());
   }
-  bool is_empty_node(const Path& p) const {
-    const IndexEntry* e = index.find(p);
+  [[noreturn]] void fail(const Path& p, const std::string& what) const { throw Error(checkpoint(), p.str(), what); }
+
+  bool allow_missing = false;
+  std::vector<std::string> missing;
+
+ protected:
+  ~FillContext() = default;
+};
+
+// A fill from an Index (any format, a transformed tree, an abstract target's metadata).
+class IndexFill final : public FillContext {
+ public:
+  IndexFill(std::shared_ptr<const Index> idx, ReadSettings s, bool allow)
+      : FillContext(allow), index_ptr_(std::move(idx)), index_(*index_ptr_), settings_(s) {}
+  const std::string& checkpoint() const override { return index_.checkpoint(); }
+  Leaf find(const Path& p) const override {
+    const IndexEntry* e = index_.find(p);
+    return e ? static_cast<Leaf>(e - index_.entries().data()) : no_leaf;
+  }
+  bool has_subtree(const Path& p) const override { return index_.has_subtree(p); }
+  bool is_empty_node(const Path& p) const override {
+    const IndexEntry* e = index_.find(p);
     return e && e->type == dtype::none;
   }
-  [[noreturn]] void fail(const Path& p, const std::string& what) const { throw Error(index.checkpoint(), p.str(), what); }
+  void for_each_child(const Path& p, detail::FunctionRef<bool(std::string_view)> fn) const override {
+    index_.for_each_child(p, [&](const std::string& seg) { return fn(seg); });
+  }
+  const LeafSource& source(Leaf l) override {
+    source_.emplace(index_ptr_, index_.entries()[l], settings_);
+    return *source_;
+  }
+
+ private:
+  std::shared_ptr<const Index> index_ptr_;
+  const Index& index_;
+  ReadSettings settings_;
+  std::optional<IndexLeafSource> source_;
 };
 
 namespace detail {
 // "0", "1", ... "n-1" exactly, or an error: a vector's size comes from the checkpoint
 // and must not be taken from a hostile index like "999999999". The index lists a
-// list's items by value (Index::children), so the k-th must read k; counted without
+// list's items by value (for_each_child), so the k-th must read k; counted without
 // copying them, since the copies were a megabyte of fresh memory for 20,000 items.
 inline std::size_t list_length(const Path& p, const FillContext& ctx) {
   std::size_t n = 0;
-  const std::string* bad = nullptr;
-  ctx.index.for_each_child(p, [&](const std::string& c) {
+  std::optional<std::string> bad;
+  ctx.for_each_child(p, [&](std::string_view c) {
     char digits[24];
     const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
     if (std::string_view(digits, static_cast<std::size_t>(end - digits)) != c) {
-      bad = &c;
+      bad = c;
       return false;
     }
     ++n;
     return true;
   });
   if (bad)
-    ctx.fail(p, "list items are not numbered 0.." + std::to_string(ctx.index.children(p).size() - 1) + " (found \"" +
-                    *bad + "\")");
+    ctx.fail(p, "list items are not numbered 0.." + std::to_string(ctx.children(p).size() - 1) + " (found \"" + *bad +
+                    "\")");
   return n;
 }
 }  // namespace detail
@@ -143,10 +199,9 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
   constexpr node::kind k = node::kind_v<T>;
   node::require_node<T>();
   if constexpr (k == node::kind::leaf) {
-    if (const IndexEntry* e = ctx.index.find(path)) {
-      const IndexLeafSource src(ctx.index_ptr, *e, ctx.settings);
-      leaf_codec<T>::restore(value, src);
-    } else if (ctx.index.has_subtree(path)) {
+    if (const FillContext::Leaf l = ctx.find(path); l != FillContext::no_leaf) {
+      leaf_codec<T>::restore(value, ctx.source(l));
+    } else if (ctx.has_subtree(path)) {
       ctx.fail(path, "an inner node in the checkpoint, a leaf in the target");
     } else {
       ctx.report_missing(path);
@@ -154,7 +209,7 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
   } else if constexpr (k == node::kind::optional) {
     if (ctx.is_empty_node(path)) {
       value.reset();
-    } else if (ctx.index.has_subtree(path)) {
+    } else if (ctx.has_subtree(path)) {
       if (!value) value.emplace();
       fill_from_index(*value, path, ctx);
     } else {
@@ -168,13 +223,13 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
     const bool empty_node = ctx.is_empty_node(path);
     const std::size_t n = empty_node ? 0 : detail::list_length(path, ctx);
     if (!empty_node && n == 0) {
-      if (ctx.index.find(path)) ctx.fail(path, "a leaf in the checkpoint, a list in the target");
+      if (ctx.find(path) != FillContext::no_leaf) ctx.fail(path, "a leaf in the checkpoint, a list in the target");
       return ctx.report_missing(path);
     }
     if constexpr (node::sequence_traits<T>::resizable) {
       value.resize(n);
     } else if (n != value.size()) {
-      throw ShapeMismatchError(ctx.index.checkpoint(), path.str(),
+      throw ShapeMismatchError(ctx.checkpoint(), path.str(),
                                std::to_string(n) + " items in checkpoint, " + std::to_string(value.size()) +
                                    " in target");
     }
@@ -185,9 +240,9 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
     }
   } else if constexpr (k == node::kind::map) {
     const bool empty_node = ctx.is_empty_node(path);
-    const std::vector<std::string> keys = empty_node ? std::vector<std::string>{} : ctx.index.children(path);
+    const std::vector<std::string> keys = empty_node ? std::vector<std::string>{} : ctx.children(path);
     if (!empty_node && keys.empty()) {
-      if (ctx.index.find(path)) ctx.fail(path, "a leaf in the checkpoint, a map in the target");
+      if (ctx.find(path) != FillContext::no_leaf) ctx.fail(path, "a leaf in the checkpoint, a map in the target");
       return ctx.report_missing(path);
     }
     const std::set<std::string> in_checkpoint(keys.begin(), keys.end());

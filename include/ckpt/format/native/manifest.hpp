@@ -391,18 +391,22 @@ inline void decode_boxes(detail::mp::Cursor& c, IndexEntry& e) {
 
 // What is wrong with a leaf's shape (of `elements` elements, >= 0) for its dtype (named
 // dt in the manifest) and length; "" when nothing.
-inline std::string leaf_shape_fault(const IndexEntry& e, std::int64_t elements, std::string_view dt) {
-  if (is_numeric(e.type)) {
-    if (static_cast<std::uint64_t>(elements) > e.length / dtype_size(e.type) + 1 ||
-        static_cast<std::uint64_t>(elements) * dtype_size(e.type) != e.length)
-      return "shape " + shape_str(e.shape) + " of " + std::string(dt) + " needs " + std::to_string(elements) +
-             " elements but " + std::to_string(e.length) + " bytes are recorded";
-  } else if (e.type == dtype::none && e.length != 0) {
+inline std::string leaf_shape_fault(dtype type, std::span<const std::int64_t> shape, std::uint64_t length,
+                                    std::int64_t elements, std::string_view dt) {
+  if (is_numeric(type)) {
+    if (static_cast<std::uint64_t>(elements) > length / dtype_size(type) + 1 ||
+        static_cast<std::uint64_t>(elements) * dtype_size(type) != length)
+      return "shape " + shape_str(Shape(shape.begin(), shape.end())) + " of " + std::string(dt) + " needs " +
+             std::to_string(elements) + " elements but " + std::to_string(length) + " bytes are recorded";
+  } else if (type == dtype::none && length != 0) {
     return "an empty node has bytes";
-  } else if (e.type == dtype::string && !e.shape.empty()) {
+  } else if (type == dtype::string && !shape.empty()) {
     return "string leaves must be scalars";
   }
   return {};
+}
+inline std::string leaf_shape_fault(const IndexEntry& e, std::int64_t elements, std::string_view dt) {
+  return leaf_shape_fault(e.type, e.shape, e.length, elements, dt);
 }
 
 // A leaf as this library's writer lays it out (encode_manifest_into): a map of eight
@@ -514,10 +518,13 @@ inline void decode_leaf(detail::mp::Cursor& c, detail::mp::Reader& lr, const Ind
 
 // Parses a manifest already checked against the commit marker; still validates every
 // field, since the marker only proves the manifest is the one the writer wrote. Read
-// with a Cursor, straight from the bytes: the entries' inline bytes point into `bytes`,
-// which the caller keeps alive as long as the entries.
-inline IndexEntries decode_manifest_fields(std::span<const std::byte> bytes, const std::string& checkpoint,
-                                          IndexInfo& info) {
+// with a Cursor, straight from the bytes. The leaves are decoded by
+// leaves(cursor, reader, count), which reads `count` of them from the cursor: into
+// IndexEntries (decode_manifest, below), or into the leaf table's flat records
+// (leaf_table.hpp). What they keep may point into `bytes`, which the caller keeps alive.
+template <class DecodeLeaves>
+void decode_manifest_with(std::span<const std::byte> bytes, const std::string& checkpoint, IndexInfo& info,
+                          DecodeLeaves&& leaves) {
   const detail::mp::Reader r(checkpoint, "manifest");
   detail::mp::Cursor c(bytes, r);
   detail::mp::MapFields root(c, keys::root);
@@ -539,18 +546,10 @@ inline IndexEntries decode_manifest_fields(std::span<const std::byte> bytes, con
       info.schema.push_back({std::move(path), std::move(dtype), static_cast<int>(sc.i64("schema rank"))});
     }
   }
-
-  // No more than the bytes left (Cursor::array checks): what is reserved stays within
-  // sizeof(IndexEntry) times the manifest's size, and is mapped only as it is filled.
+  // No more than the bytes left (Cursor::array checks): what a decoder reserves for the
+  // leaves stays within a record's size times the manifest's size.
   const std::uint32_t count = root.at(keys::leaves).array("leaves");
-  IndexEntries entries;
-  entries.reserve(count);
-  detail::mp::Reader lr = r.at_path("");  // names each leaf in turn (name_leaf)
-  for (std::uint32_t i = 0; i < count; ++i) {
-    c.use(r);
-    IndexEntry& e = entries.emplace_back();  // reserved: the leaf lr names stays put
-    if (!decode_leaf_as_written(c, e)) decode_leaf(c, lr, info, e);
-  }
+  leaves(c, r, count);
   c.use(r);
   root.read_past(keys::leaves);
   // Looked up after the leaves: writers put it before them, and an absent key is looked
@@ -558,17 +557,18 @@ inline IndexEntries decode_manifest_fields(std::span<const std::byte> bytes, con
   if (auto* p = root.find(keys::processes)) info.processes = p->u64("processes");
   root.finish();
   if (c.left() != 0) r.fail("malformed msgpack: " + std::to_string(c.left()) + " bytes after the end");
-  return entries;
 }
 
-// decode_manifest_fields, and when it fails on bytes that are not msgpack at all, the
+// decode_manifest_with, and when it fails on bytes that are not msgpack at all, the
 // reason they are not (check_msgpack_counts' message, naming what is malformed rather
 // than which field met it). The Cursor needs no such walk first: it bounds every count
 // by the bytes left. The walk was an eighth of opening 20,000 leaves; now only a
 // broken manifest pays for it.
-inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint, IndexInfo& info) {
+template <class DecodeLeaves>
+void decode_manifest_checked(std::span<const std::byte> bytes, const std::string& checkpoint, IndexInfo& info,
+                             DecodeLeaves&& leaves) {
   try {
-    return decode_manifest_fields(bytes, checkpoint, info);
+    decode_manifest_with(bytes, checkpoint, info, leaves);
   } catch (const CorruptCheckpointError&) {
     if (const std::string bad =
             detail::mp::check_msgpack_counts(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
@@ -576,6 +576,23 @@ inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std:
       throw CorruptCheckpointError(checkpoint, "", "manifest: malformed msgpack: " + bad);
     throw;
   }
+}
+
+// The manifest's leaves as IndexEntries, checked. The entries' inline bytes point into
+// `bytes`.
+inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint, IndexInfo& info) {
+  IndexEntries entries;
+  decode_manifest_checked(bytes, checkpoint, info,
+                          [&](detail::mp::Cursor& c, const detail::mp::Reader& r, std::uint32_t count) {
+                            entries.reserve(count);
+                            detail::mp::Reader lr = r.at_path("");  // names each leaf in turn (name_leaf)
+                            for (std::uint32_t i = 0; i < count; ++i) {
+                              c.use(r);
+                              IndexEntry& e = entries.emplace_back();  // reserved: the leaf lr names stays put
+                              if (!decode_leaf_as_written(c, e)) decode_leaf(c, lr, info, e);
+                            }
+                          });
+  return entries;
 }
 
 }  // namespace ckpt::native_format

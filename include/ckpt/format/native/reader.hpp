@@ -102,36 +102,62 @@ class Reader final : public IndexReader {
       return std::tie(a->entry->file, a->entry->offset) < std::tie(b->entry->file, b->entry->offset);
     };
     if (!std::is_sorted(order.begin(), order.end(), before)) std::sort(order.begin(), order.end(), before);
+    read_runs(
+        order.size(),
+        [&](std::size_t k) {
+          const LeafRead& r = *order[k];
+          return RunLeaf{r.entry->file, r.entry->offset, r.entry->checksum, r.dst, r.verify};
+        },
+        [&](std::size_t k) { read(index, *order[k]->entry, order[k]->dst, order[k]->verify); },
+        [&](std::size_t k) { fail_checksum(index, *order[k]->entry); });
+  }
+
+  // One small leaf of read_runs: where its bytes lie (dst.size() of them), where they go.
+  struct RunLeaf {
+    std::string_view file;
+    std::uint64_t offset;
+    std::uint64_t checksum;
+    std::span<std::byte> dst;
+    bool verify;
+  };
+  // Reads n small leaves (none longer than bounce_bytes), leaf(k) in file order: each run
+  // of neighbours (one file, each at most one padding page after the last, together no
+  // more than bounce_bytes) with one pread into a buffer, each leaf verified there and
+  // copied out. When a run's read fails, alone(k) reads each of its leaves by itself, so
+  // that the error names the leaf at fault; bad(k) throws for a checksum mismatch. What
+  // read_group does for an Index's entries, and the leaf table for its records
+  // (leaf_table.hpp).
+  template <class Leaf, class Alone, class Bad>
+  void read_runs(std::size_t n, Leaf&& leaf, Alone&& alone, Bad&& bad) const {
     const BounceBuffer bounce(*this);
-    for (std::size_t i = 0; i < order.size();) {
-      const IndexEntry& first = *order[i]->entry;
-      std::uint64_t end = first.offset + first.length;
+    for (std::size_t i = 0; i < n;) {
+      const RunLeaf first = leaf(i);
+      std::uint64_t end = first.offset + first.dst.size();
       std::size_t k = i + 1;
-      // A run that fits the buffer: the same file, each leaf starting at most one
-      // padding page after the last.
-      for (; k < order.size(); ++k) {
-        const IndexEntry& e = *order[k]->entry;
+      for (; k < n; ++k) {
+        const RunLeaf e = leaf(k);
         if (e.file != first.file || e.offset < end || e.offset - end > alignment ||
-            e.offset + e.length - first.offset > bounce_bytes)
+            e.offset + e.dst.size() - first.offset > bounce_bytes)
           break;
-        end = e.offset + e.length;
+        end = e.offset + e.dst.size();
       }
-      const auto& [f, name] = files_.at(first.file);
+      const auto df = files_.find(first.file);
       const std::span<std::byte> run(bounce.bytes, static_cast<std::size_t>(end - first.offset));
       try {
-        io::pread_exact(f, run, first.offset, name);
+        if (df == files_.end()) throw Error("data file " + std::string(first.file) + " is not open");
+        io::pread_exact(df->second.file, run, first.offset, df->second.name);
       } catch (const Error&) {
         // A short file or an I/O error somewhere in the run: read its leaves one by one,
         // so that the error names the leaf at fault, not the run's first (each read
         // verifies its leaf when asked).
-        for (; i < k; ++i) read(index, *order[i]->entry, order[i]->dst, order[i]->verify);
+        for (; i < k; ++i) alone(i);
         continue;
       }
       for (; i < k; ++i) {
-        const IndexEntry& e = *order[i]->entry;
-        const auto bytes = run.subspan(static_cast<std::size_t>(e.offset - first.offset), order[i]->dst.size());
-        if (order[i]->verify && io::xxh3(bytes) != e.checksum) fail_checksum(index, e);
-        std::memcpy(order[i]->dst.data(), bytes.data(), bytes.size());
+        const RunLeaf e = leaf(i);
+        const auto bytes = run.subspan(static_cast<std::size_t>(e.offset - first.offset), e.dst.size());
+        if (e.verify && io::xxh3(bytes) != e.checksum) bad(i);
+        std::memcpy(e.dst.data(), bytes.data(), bytes.size());
       }
     }
   }
@@ -295,7 +321,7 @@ class Reader final : public IndexReader {
     throw CorruptCheckpointError(index.checkpoint(), e.path.str(),
                                  "checksum mismatch: the leaf's bytes were altered or torn");
   }
-  std::map<std::string, DataFile> files_;
+  std::map<std::string, DataFile, std::less<>> files_;
   // read_group's buffers: taken by a call, given back when it ends. The first ones are
   // cut from one slab of 2 MiB (slab_buffers of them, as many as a restore's reader
   // threads), on a huge page: each fresh 256 KiB buffer was 64 page faults, which a
@@ -344,11 +370,9 @@ inline bool detect(const fs::path& dir) {
   return fs::is_regular_file(dir / manifest_file, ec) || fs::is_regular_file(dir / commit_file, ec);
 }
 
-// Opens the native checkpoint under loc, on any storage: the commit record and the
-// manifest are read through the storage concept, and every stored leaf is checked to
-// lie inside its data object. The leaves are then read by file descriptors (Reader,
-// above) when the storage is a local directory, else by ranged gets (ObjectReader).
-inline std::shared_ptr<const Index> open(const storage::Location& loc) {
+// The manifest of the native checkpoint under loc, read through the storage concept
+// after its commit record, and checked against that record. Errors name the checkpoint.
+inline std::shared_ptr<std::vector<std::byte>> read_manifest(const storage::Location& loc) {
   const std::string& ckpt = loc.url;
   const storage::Storage& st = *loc.storage;
   const std::optional<fs::path> local = st.local_directory();
@@ -387,6 +411,36 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
   if (!manifest_bytes) throw CorruptCheckpointError(ckpt, "", "manifest is missing");
   auto manifest = std::make_shared<std::vector<std::byte>>(std::move(*manifest_bytes));
   check_manifest(*manifest, commit, ckpt);
+  return manifest;
+}
+
+// Opens the named data files of a checkpoint in a local directory, each once, and
+// measures each by its descriptor: what is read later is the file whose size was
+// checked. A file that cannot be opened keeps no size (callers name the leaf in it).
+inline std::map<std::string, io::File> open_data_files(const fs::path& local, const storage::Location& loc,
+                                                       std::map<std::string, std::optional<std::uint64_t>>& sizes) {
+  std::map<std::string, io::File> files;
+  for (auto& [name, size] : sizes) {
+    const fs::path p = local / loc.key(name);
+    try {
+      io::File f = io::File::open_read(p);
+      size = f.size(p);
+      files.emplace(name, std::move(f));
+    } catch (const Error&) {
+    }
+  }
+  return files;
+}
+
+// Opens the native checkpoint under loc, on any storage: the commit record and the
+// manifest are read through the storage concept, and every stored leaf is checked to
+// lie inside its data object. The leaves are then read by file descriptors (Reader,
+// above) when the storage is a local directory, else by ranged gets (ObjectReader).
+inline std::shared_ptr<const Index> open(const storage::Location& loc) {
+  const std::string& ckpt = loc.url;
+  const storage::Storage& st = *loc.storage;
+  const std::optional<fs::path> local = st.local_directory();
+  const auto manifest = read_manifest(loc);
 
   IndexInfo info;
   IndexEntries entries = decode_manifest(*manifest, ckpt, info);
@@ -405,19 +459,7 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
   }
   std::shared_ptr<const IndexReader> reader;
   if (local) {
-    // Each data file opened once, here, and measured by its descriptor: what is read
-    // later is the file whose size was checked.
-    std::map<std::string, io::File> files;
-    for (auto& [name, size] : sizes) {
-      const fs::path p = *local / loc.key(name);
-      try {
-        io::File f = io::File::open_read(p);
-        size = f.size(p);
-        files.emplace(name, std::move(f));
-      } catch (const Error&) {
-      }
-    }
-    reader = std::make_shared<Reader>(*local / loc.prefix, std::move(files));
+    reader = std::make_shared<Reader>(*local / loc.prefix, open_data_files(*local, loc, sizes));
   } else {
     // The data objects' sizes, asked for all at once (one request each).
     std::vector<std::exception_ptr> errors(sizes.size());

@@ -1,0 +1,479 @@
+// ckpt/format/native/leaf_table.hpp — a local native checkpoint's leaves as flat
+// records, and the restore that fills a typed target from them (restore/table_fill.hpp).
+//
+// Each leaf laid out as this library's writer lays it (a map of eight keys, its bytes
+// whole and raw in a data file: decode_leaf_as_written's layout) becomes a TableLeaf of
+// 56 bytes: its path's segments and its shape are views into the manifest's bytes and
+// one shared array, so that opening 20,000 leaves allocates nothing per leaf. Any other
+// leaf (an inline scalar, an empty node, a leaf with chunk checksums or boxes, keys in
+// another order) is decoded into an IndexEntry as open() decodes it, and a small Index
+// of those alone (the side index) serves it: its reads, boxes and lazy sources are
+// the general ones. The table makes every check open() makes, with the same errors.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <ckpt/detail/huge_page_allocator.hpp>
+#include <ckpt/exec/parallel_reads.hpp>
+#include <ckpt/exec/worker_threads.hpp>
+#include <ckpt/format/native/reader.hpp>
+#include <ckpt/format/registry.hpp>
+#include <ckpt/restore/table_fill.hpp>
+#include <ckpt/tree/path_order.hpp>
+
+namespace ckpt::native_format {
+
+struct TableLeaf {
+  static constexpr std::uint32_t no_entry = ~std::uint32_t{0};
+  static constexpr std::uint32_t in_manifest = ~std::uint32_t{0};  // a file: inline bytes
+  std::uint32_t path_at = 0, path_size = 0;  // its segments: LeafTable::segments_[path_at, +path_size)
+  std::uint32_t shape_at = 0, rank = 0;      // its dimensions: LeafTable::dims_[shape_at, +rank)
+  std::uint32_t file = 0;                    // LeafTable::file_names_[file], or in_manifest
+  std::uint32_t entry = no_entry;            // else the side index's entry that holds it
+  dtype type = dtype::none;
+  std::uint64_t offset = 0;  // in its data file, or (in_manifest) in the manifest's bytes
+  std::uint64_t length = 0, checksum = 0;
+};
+
+class LeafTable {
+  // Leaf i's path segments, for order_.
+  struct SegmentsOf {
+    const LeafTable* table;
+    std::span<const std::string_view> operator()(std::uint32_t i) const { return table->segments(i); }
+  };
+  SegmentsOf segments_of() const { return {this}; }
+
+ public:
+  static constexpr std::uint32_t none = detail::PathOrder::none;
+
+  // Opens the checkpoint in the local directory dir.
+  explicit LeafTable(const fs::path& dir) {
+    const storage::Location loc = storage::directory_location(dir);
+    checkpoint_ = loc.url;
+    manifest_ = read_manifest(loc);
+    IndexInfo info;
+    IndexEntries side;
+    decode_manifest_checked(*manifest_, checkpoint_, info,
+                            [&](detail::mp::Cursor& c, const detail::mp::Reader& r, std::uint32_t count) {
+                              // A leaf's path is two segments or so, its shape a dimension:
+                              // reserved so, growing stays rare.
+                              leaves_.reserve(count);
+                              segments_.reserve(std::size_t{count} * 2);
+                              dims_.reserve(count);
+                              for (std::uint32_t i = 0; i < count; ++i) {
+                                c.use(r);
+                                TableLeaf& t = leaves_.emplace_back();
+                                if (decode_as_written(c, t)) continue;
+                                // A fresh reader each time: decode_leaf names its leaf by
+                                // pointer, and `side` may move its entries as it grows.
+                                detail::mp::Reader lr = r.at_path("");
+                                IndexEntry& e = side.emplace_back();
+                                decode_leaf(c, lr, info, e);
+                                t.entry = static_cast<std::uint32_t>(side.size() - 1);
+                              }
+                            });
+    if (leaves_.size() > std::numeric_limits<std::uint32_t>::max() / 2)
+      throw CorruptCheckpointError(checkpoint_, "", "more than 2^31 leaves");
+    // The data files, each opened once and measured, and every leaf's bytes checked to
+    // lie inside its file, as open() checks them.
+    std::map<std::string, std::optional<std::uint64_t>> sizes;
+    for (const std::string_view f : file_names_) sizes.try_emplace(std::string(f));
+    for_each_stored(side, [&](const IndexEntry& e) {
+      if (!e.file.empty()) sizes.try_emplace(e.file);
+    });
+    reader_ = std::make_shared<Reader>(*loc.storage->local_directory() / loc.prefix,
+                                       open_data_files(*loc.storage->local_directory(), loc, sizes));
+    std::vector<const std::optional<std::uint64_t>*> file_sizes;
+    for (const std::string_view f : file_names_) file_sizes.push_back(&sizes.find(std::string(f))->second);
+    for (std::uint32_t i = 0; i < leaves_.size(); ++i) {
+      const TableLeaf& t = leaves_[i];
+      if (t.entry != TableLeaf::no_entry || t.file == TableLeaf::in_manifest) continue;
+      const std::optional<std::uint64_t>& size = *file_sizes[t.file];
+      if (!size)
+        throw CorruptCheckpointError(checkpoint_, path_str(i),
+                                     "data file " + std::string(file_names_[t.file]) + " is missing or unreadable");
+      if (t.offset > *size || t.length > *size - t.offset)
+        throw CorruptCheckpointError(checkpoint_, path_str(i),
+                                     "bytes [" + std::to_string(t.offset) + ", +" + std::to_string(t.length) +
+                                         ") lie outside " + std::string(file_names_[t.file]) + " (" +
+                                         std::to_string(*size) + " bytes; truncated?)");
+    }
+    for_each_stored(side, [&](const IndexEntry& e) {
+      if (e.file.empty()) return;
+      const auto& size = sizes.at(e.file);
+      if (!size) throw CorruptCheckpointError(checkpoint_, e.path.str(), "data file " + e.file + " is missing or unreadable");
+      check_within_file(checkpoint_, e, *size);
+    });
+    // The side index's entries keep their paths and shapes; the table views them.
+    side_ = std::make_shared<const Index>(checkpoint_, std::move(info), std::move(side), reader_, manifest_);
+    for (TableLeaf& t : leaves_) {
+      if (t.entry == TableLeaf::no_entry) continue;
+      const IndexEntry& e = side_->entries()[t.entry];
+      t.path_at = static_cast<std::uint32_t>(segments_.size());
+      t.path_size = static_cast<std::uint32_t>(e.path.size());
+      for (const std::string& s : e.path.segments()) segments_.push_back(s);
+      t.shape_at = static_cast<std::uint32_t>(dims_.size());
+      t.rank = static_cast<std::uint32_t>(e.shape.size());
+      dims_.insert(dims_.end(), e.shape.begin(), e.shape.end());
+      t.type = e.type;
+      t.length = e.length;
+    }
+    order_.build(static_cast<std::uint32_t>(leaves_.size()), segments_of(), [&](std::uint32_t i, const char* what) {
+      throw CorruptCheckpointError(checkpoint_, path_str(i), what);
+    });
+  }
+  LeafTable(const LeafTable&) = delete;
+  LeafTable& operator=(const LeafTable&) = delete;
+
+  const std::string& checkpoint() const noexcept { return checkpoint_; }
+  std::size_t size() const noexcept { return leaves_.size(); }
+  const TableLeaf& leaf(std::uint32_t i) const { return leaves_[i]; }
+  std::span<const std::string_view> segments(std::uint32_t i) const {
+    return {segments_.data() + leaves_[i].path_at, leaves_[i].path_size};
+  }
+  std::span<const std::int64_t> shape(std::uint32_t i) const { return {dims_.data() + leaves_[i].shape_at, leaves_[i].rank}; }
+  std::string path_str(std::uint32_t i) const {
+    const auto s = segments(i);
+    return Path(std::vector<std::string>(s.begin(), s.end())).str();
+  }
+  // The leaves the table does not read itself, and the Index that reads them.
+  const std::shared_ptr<const Index>& side() const noexcept { return side_; }
+  const Reader& reader() const noexcept { return *reader_; }
+
+  std::uint32_t find(const Path& p) const { return order_.find(segments_of(), p.segments()); }
+  bool has_subtree(const Path& p) const { return order_.has_subtree(segments_of(), p.segments()); }
+  template <class Fn>
+  void for_each_child(const Path& p, Fn&& fn) const {
+    order_.for_each_child(segments_of(), p.segments(), fn);
+  }
+
+  // Leaf i (one the table reads, in a data file) as an IndexEntry, for the side index's
+  // reader: a read of a leaf on its own (not in a run), whose path and shape are then
+  // worth making.
+  IndexEntry entry(std::uint32_t i) const {
+    const TableLeaf& t = leaves_[i];
+    IndexEntry e;
+    const auto s = segments(i);
+    e.path = Path(std::vector<std::string>(s.begin(), s.end()));
+    e.type = t.type;
+    const auto d = shape(i);
+    e.shape.assign(d.begin(), d.end());
+    e.file = file_names_[t.file];
+    e.offset = t.offset;
+    e.length = t.length;
+    e.checksum = t.checksum;
+    return e;
+  }
+  bool in_manifest(std::uint32_t i) const { return leaves_[i].file == TableLeaf::in_manifest; }
+  // The leaf's bytes into dst (its length), verified when asked; errors name it.
+  void read(std::uint32_t i, std::span<std::byte> dst, bool verify) const {
+    const TableLeaf& t = leaves_[i];
+    if (t.file != TableLeaf::in_manifest) return side_->read(entry(i), dst, verify);
+    std::memcpy(dst.data(), manifest_->data() + t.offset, dst.size());  // dst.size() == t.length: callers check
+    if (verify && io::xxh3(dst) != t.checksum)
+      throw CorruptCheckpointError(checkpoint_, path_str(i), "checksum mismatch: the leaf's bytes were altered or torn");
+  }
+  // Small leaves (each no longer than Reader::bounce_bytes), in file order, read in runs.
+  struct Read {
+    std::uint32_t leaf;
+    std::span<std::byte> dst;
+    bool verify;
+  };
+  void read_runs(std::span<const Read> reads) const {
+    reader_->read_runs(
+        reads.size(),
+        [&](std::size_t k) {
+          const TableLeaf& t = leaves_[reads[k].leaf];
+          return Reader::RunLeaf{file_names_[t.file], t.offset, t.checksum, reads[k].dst, reads[k].verify};
+        },
+        [&](std::size_t k) { read(reads[k].leaf, reads[k].dst, reads[k].verify); },
+        [&](std::size_t k) {
+          throw CorruptCheckpointError(checkpoint_, path_str(reads[k].leaf),
+                                       "checksum mismatch: the leaf's bytes were altered or torn");
+        });
+  }
+  // Where leaf a lies before leaf b in the files.
+  bool before(std::uint32_t a, std::uint32_t b) const {
+    const TableLeaf &x = leaves_[a], &y = leaves_[b];
+    return x.file != y.file ? file_names_[x.file] < file_names_[y.file] : x.offset < y.offset;
+  }
+
+ private:
+
+  // A leaf in the writer's layout into t, with decode_leaf_as_written's checks; false
+  // (and nothing kept) for any other leaf or any fault, which decode_leaf then reads
+  // and names.
+  bool decode_as_written(detail::mp::Cursor& c, TableLeaf& t) {
+    const std::size_t start = c.pos(), segments_before = segments_.size(), dims_before = dims_.size();
+    std::string_view file;
+    const auto read = [&] {
+      if (!c.take_if("\x88\xa4path")) return false;  // a map of eight, its first key
+      t.path_at = static_cast<std::uint32_t>(segments_before);
+      t.path_size = c.array("path");  // <= the bytes left: Cursor::array checks
+      for (std::uint32_t k = 0; k < t.path_size; ++k) segments_.push_back(c.str("path segment"));
+      if (!c.take_if("\xa5" "dtype")) return false;
+      const std::string_view dt = c.str("dtype");
+      const auto d = dtype_from_name(dt);
+      if (!d || !c.take_if("\xa5" "shape")) return false;
+      t.type = *d;
+      t.shape_at = static_cast<std::uint32_t>(dims_before);
+      t.rank = c.array("shape");
+      for (std::uint32_t k = 0; k < t.rank; ++k) dims_.push_back(c.i64("shape"));
+      const std::span<const std::int64_t> dims(dims_.data() + dims_before, t.rank);
+      const std::int64_t elements = element_count(dims);
+      if (elements < 0 || !c.take_if("\xa4" "file")) return false;
+      const bool inline_bytes = c.take_if("\xc0");  // nil: the bytes are in the manifest
+      if (!inline_bytes) {
+        file = c.string_if(true, false);
+        if (!file.data() || !is_data_file_name(file)) return false;
+      }
+      if (!c.take_if("\xa6" "offset")) return false;
+      t.offset = c.u64("offset");
+      if (!c.take_if("\xa6" "length")) return false;
+      t.length = c.u64("length");
+      if (!c.take_if("\xa4" "xxh3")) return false;
+      t.checksum = c.u64("xxh3");
+      if (!shape_fits(t.type, dims.empty(), t.length, elements)) return false;
+      if (!inline_bytes) return c.take_if("\xa5" "codec" "\xa3" "raw");
+      if (!c.take_if("\xa6" "inline")) return false;
+      const std::string_view in = c.string_if(false, true);
+      if (!in.data() || in.size() != t.length) return false;
+      t.file = TableLeaf::in_manifest;
+      t.offset = static_cast<std::uint64_t>(reinterpret_cast<const std::byte*>(in.data()) - manifest_->data());
+      return true;
+    };
+    try {
+      if (read()) {
+        if (t.file != TableLeaf::in_manifest) t.file = file_number(file);
+        return true;
+      }
+    } catch (const CorruptCheckpointError&) {  // malformed: decode_leaf says how
+    }
+    c.seek(start);
+    segments_.resize(segments_before);
+    dims_.resize(dims_before);
+    t = TableLeaf{};
+    return false;
+  }
+  // What leaf_shape_fault finds nothing wrong with, without making its message.
+  static bool shape_fits(dtype type, bool scalar, std::uint64_t length, std::int64_t elements) {
+    if (is_numeric(type))
+      return static_cast<std::uint64_t>(elements) <= length / dtype_size(type) + 1 &&
+             static_cast<std::uint64_t>(elements) * dtype_size(type) == length;
+    if (type == dtype::none) return length == 0;
+    return type != dtype::string || scalar;
+  }
+  // The number of a data file's name; neighbours share their file, so the last one is
+  // asked first.
+  std::uint32_t file_number(std::string_view name) {
+    if (last_file_ < file_names_.size() && file_names_[last_file_] == name) return last_file_;
+    const auto it = std::find(file_names_.begin(), file_names_.end(), name);
+    last_file_ = static_cast<std::uint32_t>(it - file_names_.begin());
+    if (it == file_names_.end()) file_names_.push_back(name);
+    return last_file_;
+  }
+
+  std::string checkpoint_;
+  std::shared_ptr<std::vector<std::byte>> manifest_;  // what the views below point into
+  // Fresh memory of a megabyte or so for 20,000 leaves: on huge pages from half a
+  // megabyte up, as IndexEntries are (detail/huge_page_allocator.hpp).
+  std::vector<TableLeaf, detail::HugePageAllocator<TableLeaf>> leaves_;
+  std::vector<std::string_view, detail::HugePageAllocator<std::string_view>> segments_;
+  std::vector<std::int64_t, detail::HugePageAllocator<std::int64_t>> dims_;
+  std::vector<std::string_view> file_names_;  // into the manifest
+  std::uint32_t last_file_ = 0;
+  std::shared_ptr<const Reader> reader_;
+  std::shared_ptr<const Index> side_;
+  detail::PathOrder order_;
+};
+
+// A restore's fill from a LeafTable (restore/table_fill.hpp): leaves the table reads are
+// served by TableSource and queued as Reads, run in finish() on the same threads and in
+// the same groups as exec::ReadQueue's; the side index's leaves go through IndexLeafSource
+// and a ReadQueue, as in any restore.
+class NativeTableFill final : public detail::TableFill {
+ public:
+  NativeTableFill(std::unique_ptr<const LeafTable> table, ReadSettings settings, bool allow_missing, Path start)
+      : TableFill(allow_missing),
+        table_(std::move(table)),
+        side_(table_->side()),
+        settings_(settings),
+        start_(std::move(start)),
+        source_(*this) {
+    settings_.queue = &side_reads_;
+    reads_.reserve(table_->size());  // 20,000 pushes then grow nothing
+  }
+
+  const std::string& checkpoint() const override { return table_->checkpoint(); }
+  Leaf find(const Path& p) const override { return table_->find(p); }
+  bool has_subtree(const Path& p) const override { return table_->has_subtree(p); }
+  bool is_empty_node(const Path& p) const override {
+    const std::uint32_t i = table_->find(p);
+    return i != LeafTable::none && table_->leaf(i).type == dtype::none;
+  }
+  void for_each_child(const Path& p, detail::FunctionRef<bool(std::string_view)> fn) const override {
+    table_->for_each_child(p, [&](std::string_view seg) { return fn(seg); });
+  }
+  const LeafSource& source(Leaf l) override {
+    const TableLeaf& t = table_->leaf(l);
+    if (t.entry != TableLeaf::no_entry) {
+      side_source_.emplace(side_, side_->entries()[t.entry], settings_);
+      return *side_source_;
+    }
+    const auto d = table_->shape(l);
+    shape_.assign(d.begin(), d.end());  // one vector, its capacity reused leaf after leaf
+    source_.at = l;
+    return source_;
+  }
+  Path start() const override { return start_; }
+  void finish() override;
+
+ private:
+  class TableSource final : public LeafSource {
+   public:
+    explicit TableSource(NativeTableFill& fill) : fill_(fill) {}
+    dtype type() const override { return leaf().type; }
+    const Shape& shape() const override { return fill_.shape_; }
+    std::uint64_t byte_length() const override { return leaf().length; }
+    void read_into(std::span<std::byte> dst) const override {
+      check_size(dst);
+      fill_.table_->read(at, dst, fill_.settings_.verify_checksums);
+    }
+    void read_into_deferred(std::span<std::byte> dst) const override {
+      check_size(dst);
+      if (fill_.table_->in_manifest(at)) return fill_.table_->read(at, dst, fill_.settings_.verify_checksums);  // a copy
+      fill_.reads_.push_back({at, dst, fill_.settings_.verify_checksums});
+      fill_.bytes_ += dst.size();
+    }
+    const std::string& checkpoint() const override { return fill_.checkpoint(); }
+    std::string path() const override { return fill_.table_->path_str(at); }
+    bool check_dynamic_shapes() const override { return fill_.settings_.check_dynamic_shapes; }
+    std::optional<ckpt::dtype> requested_dtype() const override { return fill_.settings_.requested_dtype; }
+    // What an Index serves: a lazy leaf's source kept past the restore, a Sharded leaf's box.
+    std::shared_ptr<const LeafSource> retain() const override { throw detail::NeedsIndex{}; }
+    void read_box(const Shape&, const Shape&, std::span<std::byte>) const override { throw detail::NeedsIndex{}; }
+
+    std::uint32_t at = 0;  // the leaf
+
+   private:
+    const TableLeaf& leaf() const { return fill_.table_->leaf(at); }
+    void check_size(std::span<std::byte> dst) const {
+      if (dst.size() != leaf().length)
+        throw Error(checkpoint(), path(),
+                    "target holds " + std::to_string(dst.size()) + " bytes, checkpoint " + std::to_string(leaf().length));
+    }
+    NativeTableFill& fill_;
+  };
+
+  std::unique_ptr<const LeafTable> table_;
+  std::shared_ptr<const Index> side_;  // IndexLeafSource borrows this pointer
+  ReadSettings settings_;
+  Path start_;
+  exec::ReadQueue side_reads_;
+  std::vector<LeafTable::Read, detail::HugePageAllocator<LeafTable::Read>> reads_;
+  std::size_t bytes_ = 0;
+  Shape shape_;
+  TableSource source_;
+  std::optional<IndexLeafSource> side_source_;
+};
+
+#if CKPT_DEFINE_API
+CKPT_API void NativeTableFill::finish() {
+  if (!missing.empty()) throw MissingLeafError(checkpoint(), missing);
+  using exec::ReadQueue;
+  // Threads pay off only for sizeable restores (as ReadQueue decides).
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const bool threaded = bytes_ >= (std::size_t{16} << 20) && cores > 1;
+  // Files mostly not in the page cache are read as one stream, verified behind it:
+  // ReadQueue does that, through an Index.
+  if (threaded && table_->reader().cached_fraction() < ReadQueue::stream_below_cached) throw detail::NeedsIndex{};
+  side_reads_.run();
+  // Jobs: each leaf above a group's leaf size alone, biggest first; then the small ones
+  // in file order, in groups of up to group_leaves leaves and group_bytes bytes. The
+  // small ones stay in reads_, moved up over the large ones (no second list of 20,000).
+  std::vector<LeafTable::Read> large;
+  std::size_t n_small = 0;
+  for (const LeafTable::Read& r : reads_) {
+    if (r.dst.size() <= ReadQueue::group_leaf_bytes) reads_[n_small++] = r;
+    else large.push_back(r);
+  }
+  const std::span<LeafTable::Read> small(reads_.data(), n_small);
+  const auto in_file = [&](const LeafTable::Read& a, const LeafTable::Read& b) { return table_->before(a.leaf, b.leaf); };
+  if (!std::is_sorted(small.begin(), small.end(), in_file)) std::sort(small.begin(), small.end(), in_file);
+  std::stable_sort(large.begin(), large.end(),
+                   [](const LeafTable::Read& a, const LeafTable::Read& b) { return a.dst.size() > b.dst.size(); });
+  struct Job {
+    std::span<const LeafTable::Read> reads;
+    bool group;
+  };
+  std::vector<Job> jobs;
+  for (const LeafTable::Read& r : large) jobs.push_back({std::span(&r, 1), false});
+  for (std::size_t i = 0; i < small.size();) {
+    std::size_t k = i, bytes = 0;
+    while (k < small.size() && k - i < ReadQueue::group_leaves && bytes + small[k].dst.size() <= ReadQueue::group_bytes)
+      bytes += small[k++].dst.size();
+    if (k == i) ++k;
+    jobs.push_back({small.subspan(i, k - i), true});
+    i = k;
+  }
+  const unsigned threads =
+      threaded ? std::min({cores, ReadQueue::max_threads, static_cast<unsigned>(jobs.size())}) : 1u;
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+      const Job& j = jobs[i];
+      try {
+        if (j.group) table_->read_runs(j.reads);
+        else table_->read(j.reads[0].leaf, j.reads[0].dst, j.reads[0].verify);
+      } catch (...) {
+        const std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = jobs.size();  // stop handing out work
+      }
+    }
+  };
+  if (threads <= 1) {
+    worker();
+  } else {
+    exec::WorkerThreads pool;
+    for (unsigned t = 1; t < threads; ++t) pool.start(worker);
+    worker();
+  }
+  reads_.clear();
+  if (error) std::rethrow_exception(error);
+}
+#endif
+
+}  // namespace ckpt::native_format
+
+namespace ckpt::detail {
+#if CKPT_DEFINE_API
+CKPT_API std::unique_ptr<TableFill> table_fill(const std::filesystem::path& dir, const RestoreOptions& opts,
+                                               bool check_dynamic_shapes) {
+  if (opts.transform || opts.progress || opts.max_memory != 0 || storage::find_url_scheme(dir)) return nullptr;
+  const FormatEntry* format = detect_format_entry(dir);
+  if (!format || format->name != "native") return nullptr;
+  auto table = std::make_unique<const native_format::LeafTable>(dir);
+  Path start = Path::parse(opts.subtree);
+  if (!start.empty() && !table->has_subtree(start)) throw MissingLeafError(table->checkpoint(), {start.str()});
+  return std::make_unique<native_format::NativeTableFill>(
+      std::move(table), ReadSettings{check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype}, opts.allow_missing,
+      std::move(start));
+}
+#endif
+}  // namespace ckpt::detail
