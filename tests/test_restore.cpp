@@ -657,4 +657,45 @@ TEST_CASE("damaged leaves read through the leaf table are refused, naming the le
   }
 }
 
+TEST_CASE("a leaf table restore reads while it walks, and stops its reader on any failure") {
+  // 3,000 leaves of 4 KiB: the reader thread starts after the first MiB is queued.
+  test::TempDir tmp;
+  struct Many {
+    std::vector<std::vector<float>> leaves;
+    std::int32_t after = 0;
+  };
+  Many m;
+  for (int i = 0; i < 3000; ++i) m.leaves.push_back(std::vector<float>(1024, static_cast<float>(i)));
+  m.after = 12;
+  ckpt::save(tmp / "c", m);
+  Many back;
+  back.leaves.assign(3000, std::vector<float>(1024, -1.0f));
+  ckpt::restore_into(tmp / "c", back);
+  CHECK(back.leaves == m.leaves);
+  CHECK(back.after == 12);
+
+  // A failure in the walk after the reader started: a leaf of another shape.
+  back.leaves[2500].resize(7);
+  CHECK_THROWS_AS(ckpt::restore_into(tmp / "c", back), ckpt::ShapeMismatchError);
+  // A failure after the walk: leaves the checkpoint lacks.
+  struct More {
+    std::vector<std::vector<float>> leaves;
+    std::int32_t after = 0;
+    std::vector<float> lacking{1.0f};
+  };
+  CHECK_THROWS_AS((void)ckpt::restore<More>(tmp / "c"), ckpt::MissingLeafError);
+  // A failure in the reads, found by the reader thread or by the walk's own: a flipped byte.
+  const auto index = ckpt::open_index(tmp / "c");
+  const ckpt::IndexEntry e = *index->find(ckpt::Path({"leaves", "2900"}));
+  auto bytes = test::read_bytes(tmp / "c" / e.file);
+  bytes[e.offset + 5] ^= 0x01;
+  test::write_bytes(tmp / "c" / e.file, bytes);
+  try {
+    (void)ckpt::restore<Many>(tmp / "c");
+    FAIL("restored a flipped byte");
+  } catch (const ckpt::CorruptCheckpointError& err) {
+    CHECK(err.path() == "leaves.2900");
+  }
+}
+
 }  // namespace restore_test

@@ -2281,16 +2281,22 @@ class PathOrder {
   template <class Segs, class Key, class Fn>
   void for_each_child(Segs segs, const Key& p, Fn&& fn) const {
     const std::size_t depth = std::size(p);
-    std::string_view last;
-    bool any = false;
-    for (auto it = lower_bound(segs, p); it != sorted_.end(); ++it) {
+    // The subtree's range, found by two binary searches rather than a prefix comparison
+    // per leaf (a list of 20,000 items is one subtree).
+    const auto first = lower_bound(segs, p);
+    const auto last = std::partition_point(first, sorted_.cend(), [&](std::uint32_t i) { return path_starts_with(segs(i), p); });
+    std::string_view previous;
+    bool previous_inner = false;  // the previous segment leads to more than one leaf
+    for (auto it = first; it != last; ++it) {
       const auto& s = segs(*it);
-      if (!path_starts_with(s, p)) break;
       if (std::size(s) == depth) continue;
       const auto& seg = s[depth];  // as the holder keeps it
-      if (any && last == std::string_view(seg)) continue;
-      any = true;
-      last = seg;
+      // A child that is a leaf is unique (build() refuses a path twice, and a path both
+      // a leaf and an inner node); only an inner child repeats, once per leaf under it.
+      const bool inner = std::size(s) > depth + 1;
+      if (inner && previous_inner && previous == std::string_view(seg)) continue;
+      previous = seg;
+      previous_inner = inner;
       if (!fn(seg)) return;
     }
   }
@@ -9124,6 +9130,7 @@ struct TableLeaf {
   dtype type = dtype::none;
   std::uint64_t offset = 0;  // in its data file, or (in_manifest) in the manifest's bytes
   std::uint64_t length = 0, checksum = 0;
+  std::byte* target = nullptr;  // where a restore queued it to be read (NativeTableFill)
 };
 
 class LeafTable {
@@ -9264,22 +9271,23 @@ class LeafTable {
     if (verify && io::xxh3(dst) != t.checksum)
       throw CorruptCheckpointError(checkpoint_, path_str(i), "checksum mismatch: the leaf's bytes were altered or torn");
   }
-  // Small leaves (each no longer than Reader::bounce_bytes), in file order, read in runs.
-  struct Read {
-    std::uint32_t leaf;
-    std::span<std::byte> dst;
-    bool verify;
-  };
-  void read_runs(std::span<const Read> reads) const {
+  // A restore's destination for leaf i (its target field).
+  TableLeaf& target_of(std::uint32_t i) { return leaves_[i]; }
+  // Small leaves (each no longer than Reader::bounce_bytes), in file order, read in runs
+  // into their targets.
+  void read_runs(std::span<const std::uint32_t> leaves, bool verify) const {
     reader_->read_runs(
-        reads.size(),
+        leaves.size(),
         [&](std::size_t k) {
-          const TableLeaf& t = leaves_[reads[k].leaf];
-          return Reader::RunLeaf{file_names_[t.file], t.offset, t.checksum, reads[k].dst, reads[k].verify};
+          const TableLeaf& t = leaves_[leaves[k]];
+          return Reader::RunLeaf{file_names_[t.file], t.offset, t.checksum, {t.target, static_cast<std::size_t>(t.length)}, verify};
         },
-        [&](std::size_t k) { read(reads[k].leaf, reads[k].dst, reads[k].verify); },
         [&](std::size_t k) {
-          throw CorruptCheckpointError(checkpoint_, path_str(reads[k].leaf),
+          const TableLeaf& t = leaves_[leaves[k]];
+          read(leaves[k], {t.target, static_cast<std::size_t>(t.length)}, verify);
+        },
+        [&](std::size_t k) {
+          throw CorruptCheckpointError(checkpoint_, path_str(leaves[k]),
                                        "checksum mismatch: the leaf's bytes were altered or torn");
         });
   }
@@ -9378,22 +9386,29 @@ class LeafTable {
   detail::PathOrder order_;
 };
 
-// A restore's fill from a LeafTable (restore/table_fill.hpp): leaves the table reads are
-// served by TableSource and queued as Reads, run in finish() on the same threads and in
-// the same groups as exec::ReadQueue's; the side index's leaves go through IndexLeafSource
-// and a ReadQueue, as in any restore.
+// A restore's fill from a LeafTable (restore/table_fill.hpp). The side index's leaves
+// go through IndexLeafSource and a ReadQueue, as in any restore. The table's own leaves
+// are served by TableSource, and each read_into_deferred appends the leaf to a queue
+// that a second thread starts reading while the walk goes on, in groups of neighbours
+// (LeafTable::read_runs); finish() reads what is left on both threads. Walking 20,000
+// leaves took a millisecond, an eighth of restoring them, which the reads now overlap.
+// The walk never touches a destination after queueing it (the contract of
+// read_into_deferred), so reading it early is reading it late.
 class NativeTableFill final : public detail::TableFill {
  public:
-  NativeTableFill(std::unique_ptr<const LeafTable> table, ReadSettings settings, bool allow_missing, Path start)
+  NativeTableFill(std::unique_ptr<LeafTable> table, ReadSettings settings, bool allow_missing, Path start)
       : TableFill(allow_missing),
         table_(std::move(table)),
         side_(table_->side()),
         settings_(settings),
         start_(std::move(start)),
+        // Each leaf is queued at most once (a target's paths are unique): the queue is
+        // never reallocated under the reader's feet.
+        queue_(std::make_unique_for_overwrite<std::uint32_t[]>(table_->size())),
         source_(*this) {
     settings_.queue = &side_reads_;
-    reads_.reserve(table_->size());  // 20,000 pushes then grow nothing
   }
+  ~NativeTableFill() override { stop_reading(); }
 
   const std::string& checkpoint() const override { return table_->checkpoint(); }
   Leaf find(const Path& p) const override { return table_->find(p); }
@@ -9419,6 +9434,10 @@ class NativeTableFill final : public detail::TableFill {
   Path start() const override { return start_; }
   void finish() override;
 
+  // The reader thread starts once this much is queued: smaller restores read on one
+  // thread, as ReadQueue reads those under 16 MiB (a thread costs more than it saves).
+  static constexpr std::size_t early_read_bytes = std::size_t{1} << 20;
+
  private:
   class TableSource final : public LeafSource {
    public:
@@ -9432,9 +9451,7 @@ class NativeTableFill final : public detail::TableFill {
     }
     void read_into_deferred(std::span<std::byte> dst) const override {
       check_size(dst);
-      if (fill_.table_->in_manifest(at)) return fill_.table_->read(at, dst, fill_.settings_.verify_checksums);  // a copy
-      fill_.reads_.push_back({at, dst, fill_.settings_.verify_checksums});
-      fill_.bytes_ += dst.size();
+      fill_.defer(at, dst);
     }
     const std::string& checkpoint() const override { return fill_.checkpoint(); }
     std::string path() const override { return fill_.table_->path_str(at); }
@@ -9456,84 +9473,136 @@ class NativeTableFill final : public detail::TableFill {
     NativeTableFill& fill_;
   };
 
-  std::unique_ptr<const LeafTable> table_;
+  void defer(std::uint32_t leaf, std::span<std::byte> dst);
+  // Takes the next group of queued leaves [from, to): up to ReadQueue's group of small
+  // leaves, or one larger leaf. Until the walk is done it waits for a whole group;
+  // false once nothing is left (or reading stopped).
+  bool claim(std::size_t& from, std::size_t& to);
+  // Reads groups until none is left; the first failure stops every reader.
+  void read_queued();
+  void stop_reading() {
+    stop_.store(true, std::memory_order_release);
+    signal();
+  }
+  void signal() {
+    signal_.fetch_add(1, std::memory_order_release);
+    signal_.notify_all();
+  }
+
+  std::unique_ptr<LeafTable> table_;
   std::shared_ptr<const Index> side_;  // IndexLeafSource borrows this pointer
   ReadSettings settings_;
   Path start_;
   exec::ReadQueue side_reads_;
-  std::vector<LeafTable::Read, detail::HugePageAllocator<LeafTable::Read>> reads_;
-  std::size_t bytes_ = 0;
   Shape shape_;
+  // The queue: leaf numbers, their destinations in the records (TableLeaf::target).
+  // The walk fills it and publishes a count (queued_); readers claim groups from
+  // claimed_ on. queued_bytes_ and the rest of the walk's counters are the walk's own.
+  std::unique_ptr<std::uint32_t[]> queue_;
+  std::size_t walk_queued_ = 0, queued_bytes_ = 0;
+  std::atomic<std::size_t> queued_{0}, claimed_{0};
+  std::atomic<bool> walk_done_{false}, stop_{false};
+  std::atomic<std::uint32_t> signal_{0};  // changed (and waited on) at each of the above
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
   TableSource source_;
   std::optional<IndexLeafSource> side_source_;
+  std::optional<exec::WorkerThreads> reader_;  // last: joined before the rest goes
 };
 
 #if CKPT_DEFINE_API
-CKPT_API void NativeTableFill::finish() {
-  if (!missing.empty()) throw MissingLeafError(checkpoint(), missing);
+CKPT_API void NativeTableFill::defer(std::uint32_t leaf, std::span<std::byte> dst) {
+  TableLeaf& t = table_->target_of(leaf);
+  if (table_->in_manifest(leaf) || t.target) return table_->read(leaf, dst, settings_.verify_checksums);  // a copy, or a second time
+  t.target = dst.data();
+  queue_[walk_queued_++] = leaf;
+  queued_bytes_ += dst.size();
+  // Published a group at a time (a release the reader pairs with), and woken then.
+  if (walk_queued_ % exec::ReadQueue::group_leaves == 0 || dst.size() > exec::ReadQueue::group_leaf_bytes) {
+    queued_.store(walk_queued_, std::memory_order_release);
+    if (reader_) signal();
+  }
+  if (!reader_ && queued_bytes_ >= early_read_bytes && std::thread::hardware_concurrency() > 1) {
+    // Files mostly not in the page cache are read as one stream, verified behind it:
+    // ReadQueue does that, through an Index.
+    if (table_->reader().cached_fraction() < exec::ReadQueue::stream_below_cached) throw detail::NeedsIndex{};
+    reader_.emplace();
+    reader_->start([this] { read_queued(); });
+  }
+}
+
+CKPT_API bool NativeTableFill::claim(std::size_t& from, std::size_t& to) {
   using exec::ReadQueue;
-  // Threads pay off only for sizeable restores (as ReadQueue decides).
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const bool threaded = bytes_ >= (std::size_t{16} << 20) && cores > 1;
-  // Files mostly not in the page cache are read as one stream, verified behind it:
-  // ReadQueue does that, through an Index.
-  if (threaded && table_->reader().cached_fraction() < ReadQueue::stream_below_cached) throw detail::NeedsIndex{};
-  side_reads_.run();
-  // Jobs: each leaf above a group's leaf size alone, biggest first; then the small ones
-  // in file order, in groups of up to group_leaves leaves and group_bytes bytes. The
-  // small ones stay in reads_, moved up over the large ones (no second list of 20,000).
-  std::vector<LeafTable::Read> large;
-  std::size_t n_small = 0;
-  for (const LeafTable::Read& r : reads_) {
-    if (r.dst.size() <= ReadQueue::group_leaf_bytes) reads_[n_small++] = r;
-    else large.push_back(r);
-  }
-  const std::span<LeafTable::Read> small(reads_.data(), n_small);
-  const auto in_file = [&](const LeafTable::Read& a, const LeafTable::Read& b) { return table_->before(a.leaf, b.leaf); };
-  if (!std::is_sorted(small.begin(), small.end(), in_file)) std::sort(small.begin(), small.end(), in_file);
-  std::stable_sort(large.begin(), large.end(),
-                   [](const LeafTable::Read& a, const LeafTable::Read& b) { return a.dst.size() > b.dst.size(); });
-  struct Job {
-    std::span<const LeafTable::Read> reads;
-    bool group;
-  };
-  std::vector<Job> jobs;
-  for (const LeafTable::Read& r : large) jobs.push_back({std::span(&r, 1), false});
-  for (std::size_t i = 0; i < small.size();) {
-    std::size_t k = i, bytes = 0;
-    while (k < small.size() && k - i < ReadQueue::group_leaves && bytes + small[k].dst.size() <= ReadQueue::group_bytes)
-      bytes += small[k++].dst.size();
-    if (k == i) ++k;
-    jobs.push_back({small.subspan(i, k - i), true});
-    i = k;
-  }
-  const unsigned threads =
-      threaded ? std::min({cores, ReadQueue::max_threads, static_cast<unsigned>(jobs.size())}) : 1u;
-  std::atomic<std::size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto worker = [&] {
-    for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
-      const Job& j = jobs[i];
-      try {
-        if (j.group) table_->read_runs(j.reads);
-        else table_->read(j.reads[0].leaf, j.reads[0].dst, j.reads[0].verify);
-      } catch (...) {
-        const std::lock_guard lock(error_mutex);
-        if (!error) error = std::current_exception();
-        next = jobs.size();  // stop handing out work
+  for (;;) {
+    // The signal first: whatever the walk publishes after this load wakes the wait below.
+    const std::uint32_t seen = signal_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire)) return false;
+    const bool done = walk_done_.load(std::memory_order_acquire);  // before q: then q is final
+    const std::size_t q = queued_.load(std::memory_order_acquire);
+    std::size_t c = claimed_.load(std::memory_order_relaxed);
+    if (c >= q && done) return false;
+    // A group: neighbours in the queue, up to group_leaves small leaves or group_bytes;
+    // a larger leaf alone. While the walk goes on, only a whole group is taken.
+    std::size_t end = c, bytes = 0;
+    bool whole = false;
+    for (; end < q; ++end) {
+      const std::uint64_t n = table_->leaf(queue_[end]).length;
+      if (n > ReadQueue::group_leaf_bytes) {
+        whole = true;
+        if (end == c) ++end;
+        break;
       }
+      if (end - c == ReadQueue::group_leaves || (bytes + n > ReadQueue::group_bytes && end > c)) {
+        whole = true;
+        break;
+      }
+      bytes += n;
     }
-  };
-  if (threads <= 1) {
-    worker();
-  } else {
-    exec::WorkerThreads pool;
-    for (unsigned t = 1; t < threads; ++t) pool.start(worker);
-    worker();
+    if (end == c || (!whole && !done)) {
+      signal_.wait(seen, std::memory_order_acquire);
+      continue;
+    }
+    if (claimed_.compare_exchange_weak(c, end, std::memory_order_relaxed)) {
+      from = c;
+      to = end;
+      return true;
+    }
   }
-  reads_.clear();
-  if (error) std::rethrow_exception(error);
+}
+
+CKPT_API void NativeTableFill::read_queued() {
+  std::size_t from = 0, to = 0;
+  try {
+    while (claim(from, to)) {
+      const std::span<std::uint32_t> group(queue_.get() + from, to - from);
+      if (group.size() == 1 && table_->leaf(group[0]).length > exec::ReadQueue::group_leaf_bytes) {
+        const TableLeaf& t = table_->leaf(group[0]);
+        table_->read(group[0], {t.target, static_cast<std::size_t>(t.length)}, settings_.verify_checksums);
+        continue;
+      }
+      // In file order (a writer with several data files spreads neighbours over them).
+      const auto in_file = [&](std::uint32_t a, std::uint32_t b) { return table_->before(a, b); };
+      if (!std::is_sorted(group.begin(), group.end(), in_file)) std::sort(group.begin(), group.end(), in_file);
+      table_->read_runs(group, settings_.verify_checksums);
+    }
+  } catch (...) {
+    {
+      const std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    stop_reading();
+  }
+}
+
+CKPT_API void NativeTableFill::finish() {
+  if (!missing.empty()) throw MissingLeafError(checkpoint(), missing);  // the destructor stops the reader
+  queued_.store(walk_queued_, std::memory_order_release);
+  walk_done_.store(true, std::memory_order_release);
+  signal();
+  read_queued();  // beside the reader thread, if it started
+  if (reader_) reader_->join();
+  if (error_) std::rethrow_exception(error_);
+  side_reads_.run();
 }
 #endif
 
@@ -9546,7 +9615,7 @@ CKPT_API std::unique_ptr<TableFill> table_fill(const std::filesystem::path& dir,
   if (opts.transform || opts.progress || opts.max_memory != 0 || storage::find_url_scheme(dir)) return nullptr;
   const FormatEntry* format = detect_format_entry(dir);
   if (!format || format->name != "native") return nullptr;
-  auto table = std::make_unique<const native_format::LeafTable>(dir);
+  auto table = std::make_unique<native_format::LeafTable>(dir);
   Path start = Path::parse(opts.subtree);
   if (!start.empty() && !table->has_subtree(start)) throw MissingLeafError(table->checkpoint(), {start.str()});
   return std::make_unique<native_format::NativeTableFill>(

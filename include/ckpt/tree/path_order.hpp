@@ -110,16 +110,22 @@ class PathOrder {
   template <class Segs, class Key, class Fn>
   void for_each_child(Segs segs, const Key& p, Fn&& fn) const {
     const std::size_t depth = std::size(p);
-    std::string_view last;
-    bool any = false;
-    for (auto it = lower_bound(segs, p); it != sorted_.end(); ++it) {
+    // The subtree's range, found by two binary searches rather than a prefix comparison
+    // per leaf (a list of 20,000 items is one subtree).
+    const auto first = lower_bound(segs, p);
+    const auto last = std::partition_point(first, sorted_.cend(), [&](std::uint32_t i) { return path_starts_with(segs(i), p); });
+    std::string_view previous;
+    bool previous_inner = false;  // the previous segment leads to more than one leaf
+    for (auto it = first; it != last; ++it) {
       const auto& s = segs(*it);
-      if (!path_starts_with(s, p)) break;
       if (std::size(s) == depth) continue;
       const auto& seg = s[depth];  // as the holder keeps it
-      if (any && last == std::string_view(seg)) continue;
-      any = true;
-      last = seg;
+      // A child that is a leaf is unique (build() refuses a path twice, and a path both
+      // a leaf and an inner node); only an inner child repeats, once per leaf under it.
+      const bool inner = std::size(s) > depth + 1;
+      if (inner && previous_inner && previous == std::string_view(seg)) continue;
+      previous = seg;
+      previous_inner = inner;
       if (!fn(seg)) return;
     }
   }
