@@ -198,6 +198,13 @@ struct IndexInfo {
 };
 
 class Index {
+  // Entry i's path segments, for order_.
+  struct SegmentsOf {
+    const Index* index;
+    const std::vector<std::string>& operator()(std::uint32_t i) const { return index->entries_[i].path.segments(); }
+  };
+  SegmentsOf segments_of() const { return {this}; }
+
  public:
   // Throws CorruptCheckpointError when a path appears twice, or is both a leaf and an
   // inner node (a.b and a.b.c both leaves).
@@ -263,10 +270,6 @@ class Index {
   }
 
  private:
-  // Entry i's path segments, for order_.
-  auto segments_of() const {
-    return [this](std::uint32_t i) -> const std::vector<std::string>& { return entries_[i].path.segments(); };
-  }
 
   std::string checkpoint_;
   IndexInfo info_;

@@ -3019,6 +3019,13 @@ struct IndexInfo {
 };
 
 class Index {
+  // Entry i's path segments, for order_.
+  struct SegmentsOf {
+    const Index* index;
+    const std::vector<std::string>& operator()(std::uint32_t i) const { return index->entries_[i].path.segments(); }
+  };
+  SegmentsOf segments_of() const { return {this}; }
+
  public:
   // Throws CorruptCheckpointError when a path appears twice, or is both a leaf and an
   // inner node (a.b and a.b.c both leaves).
@@ -3084,10 +3091,6 @@ class Index {
   }
 
  private:
-  // Entry i's path segments, for order_.
-  auto segments_of() const {
-    return [this](std::uint32_t i) -> const std::vector<std::string>& { return entries_[i].path.segments(); };
-  }
 
   std::string checkpoint_;
   IndexInfo info_;
@@ -9094,13 +9097,13 @@ CKPT_API std::unique_ptr<TableFill> table_fill(const std::filesystem::path& dir,
 // records, and the restore that fills a typed target from them (restore/table_fill.hpp).
 //
 // Each leaf laid out as this library's writer lays it (a map of eight keys, its bytes
-// whole and raw in a data file: decode_leaf_as_written's layout) becomes a TableLeaf of
-// 56 bytes: its path's segments and its shape are views into the manifest's bytes and
-// one shared array, so that opening 20,000 leaves allocates nothing per leaf. Any other
-// leaf (an inline scalar, an empty node, a leaf with chunk checksums or boxes, keys in
-// another order) is decoded into an IndexEntry as open() decodes it, and a small Index
-// of those alone (the side index) serves it: its reads, boxes and lazy sources are
-// the general ones. The table makes every check open() makes, with the same errors.
+// whole and raw in a data file or inline in the manifest: decode_leaf_as_written's
+// layout) becomes a TableLeaf of 64 bytes: its path's segments and its shape are views
+// into the manifest's bytes and one shared array, so that opening 20,000 leaves
+// allocates nothing per leaf. Any other leaf (chunk checksums, boxes, keys in another
+// order) is decoded into an IndexEntry as open() decodes it, and a small Index of those
+// alone (the side index) serves it: its reads, boxes and lazy sources are the general
+// ones. The table makes every check open() makes, with the same errors.
 
 #include <algorithm>
 #include <atomic>

@@ -2,13 +2,13 @@
 // records, and the restore that fills a typed target from them (restore/table_fill.hpp).
 //
 // Each leaf laid out as this library's writer lays it (a map of eight keys, its bytes
-// whole and raw in a data file: decode_leaf_as_written's layout) becomes a TableLeaf of
-// 56 bytes: its path's segments and its shape are views into the manifest's bytes and
-// one shared array, so that opening 20,000 leaves allocates nothing per leaf. Any other
-// leaf (an inline scalar, an empty node, a leaf with chunk checksums or boxes, keys in
-// another order) is decoded into an IndexEntry as open() decodes it, and a small Index
-// of those alone (the side index) serves it: its reads, boxes and lazy sources are
-// the general ones. The table makes every check open() makes, with the same errors.
+// whole and raw in a data file or inline in the manifest: decode_leaf_as_written's
+// layout) becomes a TableLeaf of 64 bytes: its path's segments and its shape are views
+// into the manifest's bytes and one shared array, so that opening 20,000 leaves
+// allocates nothing per leaf. Any other leaf (chunk checksums, boxes, keys in another
+// order) is decoded into an IndexEntry as open() decodes it, and a small Index of those
+// alone (the side index) serves it: its reads, boxes and lazy sources are the general
+// ones. The table makes every check open() makes, with the same errors.
 #pragma once
 
 #include <algorithm>
