@@ -67,7 +67,7 @@ class LeafTable {
     manifest_ = read_manifest(loc);
     IndexInfo info;
     IndexEntries side;
-    decode_manifest_checked(*manifest_, checkpoint_, info,
+    decode_manifest_checked(manifest_->bytes(), checkpoint_, info,
                             [&](detail::mp::Cursor& c, const detail::mp::Reader& r, std::uint32_t count) {
                               // A leaf's path is two segments or so, its shape a dimension:
                               // reserved so, growing stays rare.
@@ -183,7 +183,8 @@ class LeafTable {
   void read(std::uint32_t i, std::span<std::byte> dst, bool verify) const {
     const TableLeaf& t = leaves_[i];
     if (t.file != TableLeaf::in_manifest) return side_->read(entry(i), dst, verify);
-    std::memcpy(dst.data(), manifest_->data() + t.offset, dst.size());  // dst.size() == t.length: callers check
+    // dst.size() == t.length (callers check); an empty array's data() may be null
+    if (!dst.empty()) std::memcpy(dst.data(), manifest_->data() + t.offset, dst.size());
     if (verify && io::xxh3(dst) != t.checksum)
       throw CorruptCheckpointError(checkpoint_, path_str(i), "checksum mismatch: the leaf's bytes were altered or torn");
   }
@@ -289,7 +290,7 @@ class LeafTable {
   }
 
   std::string checkpoint_;
-  std::shared_ptr<std::vector<std::byte>> manifest_;  // what the views below point into
+  std::shared_ptr<const ManifestBytes> manifest_;  // what the views below point into
   // Fresh memory of a megabyte or so for 20,000 leaves: on huge pages from half a
   // megabyte up, as IndexEntries are (detail/huge_page_allocator.hpp).
   std::vector<TableLeaf, detail::HugePageAllocator<TableLeaf>> leaves_;
