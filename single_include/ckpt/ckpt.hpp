@@ -9616,9 +9616,13 @@ CKPT_API bool NativeTableFill::claim(std::size_t& from, std::size_t& to) {
 
 CKPT_API void NativeTableFill::read_queued() {
   std::size_t from = 0, to = 0;
+  // A copy of the group: the queue itself is only read once published, since another
+  // thread may be reading the same entries while it sizes a group of its own.
+  std::vector<std::uint32_t> group;
+  group.reserve(exec::ReadQueue::group_leaves);
   try {
     while (claim(from, to)) {
-      const std::span<std::uint32_t> group(queue_.get() + from, to - from);
+      group.assign(queue_.get() + from, queue_.get() + to);
       if (group.size() == 1 && table_->leaf(group[0]).length > exec::ReadQueue::group_leaf_bytes) {
         const TableLeaf& t = table_->leaf(group[0]);
         table_->read(group[0], {t.target, static_cast<std::size_t>(t.length)}, settings_.verify_checksums);
