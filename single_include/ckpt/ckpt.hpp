@@ -5832,11 +5832,17 @@ void for_each_stored(std::span<const IndexEntry> entries, Fn&& fn) {
 }
 
 // Refuses bytes that lie outside their data file of `size` bytes.
+// `path` makes the leaf's name only when it is refused (the leaf table builds it then).
+template <class PathFn>
+void check_within_file(const std::string& checkpoint, PathFn&& path, std::string_view file, std::uint64_t offset,
+                       std::uint64_t length, std::uint64_t size) {
+  if (offset > size || length > size - offset)
+    throw CorruptCheckpointError(checkpoint, path(),
+                                 "bytes [" + std::to_string(offset) + ", +" + std::to_string(length) + ") lie outside " +
+                                     std::string(file) + " (" + std::to_string(size) + " bytes; truncated?)");
+}
 inline void check_within_file(const std::string& checkpoint, const IndexEntry& e, std::uint64_t size) {
-  if (e.offset > size || e.length > size - e.offset)
-    throw CorruptCheckpointError(checkpoint, e.path.str(),
-                                 "bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.length) +
-                                     ") lie outside " + e.file + " (" + std::to_string(size) + " bytes; truncated?)");
+  check_within_file(checkpoint, [&] { return e.path.str(); }, e.file, e.offset, e.length, size);
 }
 
 // The keys a decoder reads, in MapFields' order. A leaf's and a box's share the first
@@ -9233,11 +9239,7 @@ class LeafTable {
       if (!size)
         throw CorruptCheckpointError(checkpoint_, path_str(i),
                                      "data file " + std::string(file_names_[t.file]) + " is missing or unreadable");
-      if (t.offset > *size || t.length > *size - t.offset)
-        throw CorruptCheckpointError(checkpoint_, path_str(i),
-                                     "bytes [" + std::to_string(t.offset) + ", +" + std::to_string(t.length) +
-                                         ") lie outside " + std::string(file_names_[t.file]) + " (" +
-                                         std::to_string(*size) + " bytes; truncated?)");
+      check_within_file(checkpoint_, [&] { return path_str(i); }, file_names_[t.file], t.offset, t.length, *size);
     }
     for_each_stored(side, [&](const IndexEntry& e) {
       if (e.file.empty()) return;

@@ -106,11 +106,7 @@ class LeafTable {
       if (!size)
         throw CorruptCheckpointError(checkpoint_, path_str(i),
                                      "data file " + std::string(file_names_[t.file]) + " is missing or unreadable");
-      if (t.offset > *size || t.length > *size - t.offset)
-        throw CorruptCheckpointError(checkpoint_, path_str(i),
-                                     "bytes [" + std::to_string(t.offset) + ", +" + std::to_string(t.length) +
-                                         ") lie outside " + std::string(file_names_[t.file]) + " (" +
-                                         std::to_string(*size) + " bytes; truncated?)");
+      check_within_file(checkpoint_, [&] { return path_str(i); }, file_names_[t.file], t.offset, t.length, *size);
     }
     for_each_stored(side, [&](const IndexEntry& e) {
       if (e.file.empty()) return;
