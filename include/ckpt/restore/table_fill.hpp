@@ -8,7 +8,7 @@
 // directory fills it from the format's leaf table instead (format/native/leaf_table.hpp):
 // flat records whose paths and shapes are views into the manifest, matched in place as
 // the target is walked. The table answers the fill's questions (a FillContext) and runs
-// the reads in finish().
+// the reads in finish() (format/native/leaf_table_fill.hpp).
 #pragma once
 
 #include <filesystem>
@@ -47,5 +47,5 @@ CKPT_API std::unique_ptr<TableFill> table_fill(const std::filesystem::path& dir,
 }  // namespace ckpt::detail
 
 #if CKPT_DEFINE_API
-#include <ckpt/format/native/leaf_table.hpp>
+#include <ckpt/format/native/leaf_table_fill.hpp>
 #endif
