@@ -296,6 +296,23 @@ TEST_CASE("a list restores only from items numbered 0..n-1, each once") {
                     e.what());
     }
   }
+  // Items that are not all leaves: a list of leaves in the target, an inner node at
+  // item 1 in the checkpoint. Both the leaf table and an Index (a transform asks for
+  // one) look the items up one by one then, and name the item.
+  struct Nested {
+    std::tuple<std::vector<float>, std::map<std::string, std::vector<float>>> xs{{1.0f}, {{"k", {2.0f}}}};
+  };
+  ckpt::save(tmp / "n", Nested{});
+  for (const ckpt::RestoreOptions& opts : {ckpt::RestoreOptions{}, ckpt::RestoreOptions{.transform = [](ckpt::Tree&) {}}}) {
+    try {
+      (void)ckpt::restore<AsList>(tmp / "n", opts);
+      FAIL("restored an inner node into a leaf");
+    } catch (const ckpt::Error& e) {
+      CHECK(e.path() == "xs.1");
+      CHECK_MESSAGE(std::string(e.what()).find("an inner node in the checkpoint, a leaf in the target") != std::string::npos,
+                    e.what());
+    }
+  }
 }
 
 TEST_CASE("the sort a restore uses for nearly sorted leaves is stable and says when they were strictly in order") {

@@ -233,6 +233,11 @@ class Index {
   void for_each_child(const Path& p, Fn&& fn) const {
     order_.for_each_child(segments_of(), p.segments(), fn);
   }
+  // The entries of the list at p when each item is one leaf (item k is entry out[k]);
+  // false when not (PathOrder::list_leaves).
+  bool list_leaves(const Path& p, std::vector<std::uint32_t>& out) const {
+    return order_.list_leaves(segments_of(), p.segments(), out);
+  }
   // Reads a leaf's bytes into dst (dst.size() == e.length), verifying its checksum when asked.
   void read(const IndexEntry& e, std::span<std::byte> dst, bool verify = true) const;
   // Reads the box at `origin` of `shape` of a numeric leaf (its dtype, row-major) into

@@ -118,6 +118,15 @@ class FillContext {
   virtual void for_each_child(const Path& p, detail::FunctionRef<bool(std::string_view)> fn) const = 0;
   // The source a leaf codec restores leaf l from; valid until the next call.
   virtual const LeafSource& source(Leaf l) = 0;
+  // The leaves of the list at p when each item is one leaf (item k is out[k]), found in
+  // one pass; false when they are not, or the context cannot tell: the fill then looks
+  // each item up by its path. Building and finding 20,000 items' paths was a third of
+  // walking a list of 20,000 vectors.
+  virtual bool list_leaves(const Path& p, std::vector<Leaf>& out) const {
+    (void)p;
+    (void)out;
+    return false;
+  }
 
   std::vector<std::string> children(const Path& p) const {
     std::vector<std::string> out;
@@ -161,6 +170,7 @@ class IndexFill final : public FillContext {
     source_.emplace(index_ptr_, index_.entries()[l], settings_);
     return *source_;
   }
+  bool list_leaves(const Path& p, std::vector<Leaf>& out) const override { return index_.list_leaves(p, out); }
 
  private:
   std::shared_ptr<const Index> index_ptr_;
@@ -220,8 +230,15 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
       ((path.push(std::to_string(I)), fill_from_index(std::get<I>(value), path, ctx), path.pop()), ...);
     }(std::make_index_sequence<std::tuple_size_v<T>>{});
   } else if constexpr (k == node::kind::sequence) {
+    using Item = typename node::sequence_traits<T>::value_type;
     const bool empty_node = ctx.is_empty_node(path);
-    const std::size_t n = empty_node ? 0 : detail::list_length(path, ctx);
+    // A list of leaves (a model's 20,000 vectors): every item's leaf at once, no path
+    // built or looked up per item.
+    std::vector<FillContext::Leaf> item_leaves;
+    bool items_are_leaves = false;
+    if constexpr (node::kind_v<Item> == node::kind::leaf)
+      items_are_leaves = !empty_node && ctx.list_leaves(path, item_leaves);
+    const std::size_t n = empty_node ? 0 : items_are_leaves ? item_leaves.size() : detail::list_length(path, ctx);
     if (!empty_node && n == 0) {
       if (ctx.find(path) != FillContext::no_leaf) ctx.fail(path, "a leaf in the checkpoint, a list in the target");
       return ctx.report_missing(path);
@@ -234,6 +251,12 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
                                    " in target");
     }
     for (std::size_t i = 0; i < n; ++i) {
+      if constexpr (node::kind_v<Item> == node::kind::leaf) {
+        if (items_are_leaves) {
+          leaf_codec<Item>::restore(value[i], ctx.source(item_leaves[i]));
+          continue;
+        }
+      }
       path.push(std::to_string(i));
       fill_from_index(value[i], path, ctx);
       path.pop();

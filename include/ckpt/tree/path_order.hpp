@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdint>
 #include <iterator>
 #include <string_view>
@@ -128,6 +129,27 @@ class PathOrder {
       previous_inner = inner;
       if (!fn(seg)) return;
     }
+  }
+  // The leaves of the list at p, when each of its items is one leaf: item k is leaf
+  // out[k]. False when p has no children, or a child is not a leaf ("3.x") or not
+  // numbered as item k ("0", "1", ... in order: a hostile "999999999" is not a list
+  // of a billion); the caller then asks child by child, and names what is wrong.
+  template <class Segs, class Key>
+  bool list_leaves(Segs segs, const Key& p, std::vector<std::uint32_t>& out) const {
+    const std::size_t depth = std::size(p);
+    const auto first = lower_bound(segs, p);
+    const auto last = std::partition_point(first, sorted_.cend(), [&](std::uint32_t i) { return path_starts_with(segs(i), p); });
+    out.clear();
+    out.reserve(static_cast<std::size_t>(last - first));
+    for (auto it = first; it != last; ++it) {
+      const auto& s = segs(*it);
+      if (std::size(s) != depth + 1) return false;  // p itself a leaf, or an item with leaves under it
+      char digits[24];
+      const char* const end = std::to_chars(digits, digits + sizeof digits, out.size()).ptr;
+      if (std::string_view(s[depth]) != std::string_view(digits, static_cast<std::size_t>(end - digits))) return false;
+      out.push_back(*it);
+    }
+    return !out.empty();
   }
 
  private:

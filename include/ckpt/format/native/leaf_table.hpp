@@ -149,6 +149,9 @@ class LeafTable {
   void for_each_child(const Path& p, Fn&& fn) const {
     order_.for_each_child(segments_of(), p.segments(), fn);
   }
+  bool list_leaves(const Path& p, std::vector<std::uint32_t>& out) const {
+    return order_.list_leaves(segments_of(), p.segments(), out);
+  }
 
   // Leaf i (one the table reads, in a data file) as an IndexEntry, for the side index's
   // reader: a read of a leaf on its own (not in a run), whose path and shape are then

@@ -60,6 +60,7 @@ class NativeTableFill final : public detail::TableFill {
   void for_each_child(const Path& p, detail::FunctionRef<bool(std::string_view)> fn) const override {
     table_->for_each_child(p, [&](std::string_view seg) { return fn(seg); });
   }
+  bool list_leaves(const Path& p, std::vector<Leaf>& out) const override { return table_->list_leaves(p, out); }
   const LeafSource& source(Leaf l) override {
     const TableLeaf& t = table_->leaf(l);
     if (t.entry != TableLeaf::no_entry) {
