@@ -730,48 +730,4 @@ TEST_CASE("a leaf table restore reads while it walks, and stops its reader on an
   }
 }
 
-// The arrays a restore or save builds (a leaf table's records, an Index's entries, the
-// manifest's bytes) go through HugePageAllocator; a freed one is kept for the next array
-// of the same mapped size, within a bound.
-TEST_CASE("freed huge-page arrays are reused for the next of the same size, within a bound") {
-#if CKPT_HUGE_PAGES
-  using Alloc = ckpt::detail::HugePageAllocator<std::byte>;
-  using ckpt::detail::HugePageCache;
-  auto& cache = ckpt::detail::huge_page_cache();
-  constexpr std::size_t mib = std::size_t{1} << 20;
-  Alloc alloc;
-
-  // The same size again: the same mapping, all of it writable.
-  std::byte* p = alloc.allocate(mib);
-  std::memset(p, 0x5a, mib);
-  alloc.deallocate(p, mib);
-  std::byte* q = alloc.allocate(mib + 4096);  // rounded up to the same 2 MiB
-  CHECK(q == p);
-  std::memset(q, 0xa5, mib + 4096);
-  // Another size gets a mapping of its own (the kept one stays mapped, so no overlap).
-  std::byte* r = alloc.allocate(3 * mib);  // 4 MiB mapped
-  CHECK(r != q);
-  alloc.deallocate(q, mib + 4096);
-  alloc.deallocate(r, 3 * mib);
-
-  // Never more than the bound, whatever is freed: 10 arrays of 2 MiB, then one larger
-  // than the whole cache, which is unmapped at once.
-  std::vector<std::byte*> many;
-  for (int i = 0; i < 10; ++i) many.push_back(alloc.allocate(2 * mib));
-  for (std::byte* m : many) alloc.deallocate(m, 2 * mib);
-  CHECK(cache.mappings() == HugePageCache::max_mappings);
-  CHECK(cache.bytes() <= HugePageCache::max_bytes);
-  const std::size_t before = cache.bytes();
-  std::byte* big = alloc.allocate(HugePageCache::max_bytes + mib);
-  big[HugePageCache::max_bytes] = std::byte{1};
-  alloc.deallocate(big, HugePageCache::max_bytes + mib);
-  CHECK(cache.bytes() == before);
-  // The newest are kept: the last array freed comes back first.
-  CHECK(alloc.allocate(2 * mib) == many.back());
-  alloc.deallocate(many.back(), 2 * mib);
-#else
-  MESSAGE("no huge pages in this build (not Linux, or AddressSanitizer): nothing is kept");
-#endif
-}
-
 }  // namespace restore_test

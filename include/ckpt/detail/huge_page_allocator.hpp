@@ -17,21 +17,12 @@
 // first touch of a 2 MiB page may wait while the kernel compacts memory for it (THP's
 // "defrag" setting), or fall back to 4 KiB pages. Elsewhere than Linux, and under
 // AddressSanitizer (whose checks stop at memory it did not allocate), everything does.
-//
-// A freed mapping is kept for the next array of the same mapped size (HugePageCache),
-// as malloc keeps freed memory: a program saves every few hundred steps, and each save
-// and restore builds the same arrays again. Mapped afresh, their pages were faulted in
-// afresh each time, which on the VM cost a fifth of restoring 20,000 leaves right after
-// saving them (docs/benchmarks.md, 2026-12-03, stop 41). A process's first save or
-// restore still pays for fresh pages.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <new>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -57,74 +48,6 @@ namespace ckpt::detail {
 
 inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
 
-#if CKPT_HUGE_PAGES
-// Freed huge-page mappings, kept for reuse: up to max_mappings of them and max_bytes in
-// all (what a process holds beyond its own arrays, resident: the pages were touched),
-// each handed out again only for the same mapped size, so that freeing it again
-// unmaps what was mapped. The oldest goes when a newer one does not fit.
-class HugePageCache {
- public:
-  static constexpr std::size_t max_mappings = 8;
-  static constexpr std::size_t max_bytes = std::size_t{32} << 20;
-
-  // A kept mapping of exactly `size` bytes, or null.
-  void* take(std::size_t size) {
-    const std::lock_guard lock(mutex_);
-    for (std::size_t i = count_; i-- > 0;) {  // the newest first: its pages are the warmest
-      if (kept_[i].size != size) continue;
-      void* p = kept_[i].at;
-      bytes_ -= size;
-      for (std::size_t k = i + 1; k < count_; ++k) kept_[k - 1] = kept_[k];
-      --count_;
-      return p;
-    }
-    return nullptr;
-  }
-  // Keeps the mapping [p, p + size), unmapping older ones to make room; unmaps it at
-  // once when it alone is larger than the cache.
-  void keep(void* p, std::size_t size) noexcept {
-    if (size > max_bytes) {
-      ::munmap(p, size);
-      return;
-    }
-    const std::lock_guard lock(mutex_);
-    while (count_ == max_mappings || bytes_ + size > max_bytes) {
-      ::munmap(kept_[0].at, kept_[0].size);
-      bytes_ -= kept_[0].size;
-      for (std::size_t k = 1; k < count_; ++k) kept_[k - 1] = kept_[k];
-      --count_;
-    }
-    kept_[count_++] = {p, size};
-    bytes_ += size;
-  }
-  // What is kept now: mappings and bytes (for tests).
-  std::size_t mappings() const {
-    const std::lock_guard lock(mutex_);
-    return count_;
-  }
-  std::size_t bytes() const {
-    const std::lock_guard lock(mutex_);
-    return bytes_;
-  }
-
- private:
-  struct Mapping {
-    void* at = nullptr;
-    std::size_t size = 0;
-  };
-  mutable std::mutex mutex_;
-  std::array<Mapping, max_mappings> kept_{};  // oldest first
-  std::size_t count_ = 0, bytes_ = 0;
-};
-
-// The process's one cache. Never destroyed: an array freed by another static's
-// destructor at exit may still come to it.
-inline HugePageCache& huge_page_cache() {
-  static HugePageCache* const cache = new HugePageCache;
-  return *cache;
-}
-#endif
-
 template <class T>
 struct HugePageAllocator {
   using value_type = T;
@@ -138,17 +61,14 @@ struct HugePageAllocator {
   T* allocate(std::size_t n) {
     if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) throw std::bad_array_new_length();
 #if CKPT_HUGE_PAGES
-    if (n * sizeof(T) >= min_bytes) {
-      if (void* p = huge_page_cache().take(mapped_bytes(n * sizeof(T)))) return static_cast<T*>(p);
-      return static_cast<T*>(map(n * sizeof(T)));
-    }
+    if (n * sizeof(T) >= min_bytes) return static_cast<T*>(map(n * sizeof(T)));
 #endif
     return std::allocator<T>{}.allocate(n);
   }
   void deallocate(T* p, std::size_t n) noexcept {
 #if CKPT_HUGE_PAGES
     if (n * sizeof(T) >= min_bytes) {
-      huge_page_cache().keep(p, mapped_bytes(n * sizeof(T)));
+      ::munmap(p, mapped_bytes(n * sizeof(T)));
       return;
     }
 #endif
