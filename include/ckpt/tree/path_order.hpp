@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <iterator>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <ckpt/detail/sort_runs.hpp>
@@ -22,6 +23,13 @@ namespace ckpt::detail {
 
 inline bool is_list_index(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// True when s names list item k exactly: "0", "1", ... (not "01", not "+1").
+inline bool is_item(std::string_view s, std::size_t k) {
+  char digits[24];
+  const char* const end = std::to_chars(digits, digits + sizeof digits, k).ptr;
+  return s == std::string_view(digits, static_cast<std::size_t>(end - digits));
 }
 
 // The order of paths: segment by segment, list indices (all digits) before other names
@@ -111,10 +119,7 @@ class PathOrder {
   template <class Segs, class Key, class Fn>
   void for_each_child(Segs segs, const Key& p, Fn&& fn) const {
     const std::size_t depth = std::size(p);
-    // The subtree's range, found by two binary searches rather than a prefix comparison
-    // per leaf (a list of 20,000 items is one subtree).
-    const auto first = lower_bound(segs, p);
-    const auto last = std::partition_point(first, sorted_.cend(), [&](std::uint32_t i) { return path_starts_with(segs(i), p); });
+    const auto [first, last] = subtree(segs, p);
     std::string_view previous;
     bool previous_inner = false;  // the previous segment leads to more than one leaf
     for (auto it = first; it != last; ++it) {
@@ -137,22 +142,28 @@ class PathOrder {
   template <class Segs, class Key>
   bool list_leaves(Segs segs, const Key& p, std::vector<std::uint32_t>& out) const {
     const std::size_t depth = std::size(p);
-    const auto first = lower_bound(segs, p);
-    const auto last = std::partition_point(first, sorted_.cend(), [&](std::uint32_t i) { return path_starts_with(segs(i), p); });
+    const auto [first, last] = subtree(segs, p);
     out.clear();
     out.reserve(static_cast<std::size_t>(last - first));
     for (auto it = first; it != last; ++it) {
       const auto& s = segs(*it);
       if (std::size(s) != depth + 1) return false;  // p itself a leaf, or an item with leaves under it
-      char digits[24];
-      const char* const end = std::to_chars(digits, digits + sizeof digits, out.size()).ptr;
-      if (std::string_view(s[depth]) != std::string_view(digits, static_cast<std::size_t>(end - digits))) return false;
+      if (!is_item(s[depth], out.size())) return false;
       out.push_back(*it);
     }
     return !out.empty();
   }
 
  private:
+  // The range of leaves at or under p, found by two binary searches rather than a
+  // prefix comparison per leaf (a list of 20,000 items is one subtree).
+  template <class Segs, class Key>
+  std::pair<std::vector<std::uint32_t>::const_iterator, std::vector<std::uint32_t>::const_iterator> subtree(
+      Segs segs, const Key& p) const {
+    const auto first = lower_bound(segs, p);
+    return {first, std::partition_point(first, sorted_.cend(), [&](std::uint32_t i) { return path_starts_with(segs(i), p); })};
+  }
+
   template <class Segs, class Key>
   std::vector<std::uint32_t>::const_iterator lower_bound(Segs segs, const Key& p) const {
     return std::lower_bound(sorted_.begin(), sorted_.end(), p,
