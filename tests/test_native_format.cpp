@@ -7,7 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-
+#include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -90,6 +91,220 @@ print("ok", len(leaves))
 )PY",
                                   tmp / "c");
   CHECK(out.find("ok 5") != std::string::npos);
+}
+
+// Format version 3 (leaf_records.hpp): leaves stored whole and raw as fixed-size records.
+namespace fs = std::filesystem;
+
+struct ManyLeaves {
+  std::int64_t step = 0;
+  std::string name;
+  std::vector<std::vector<float>> layers;  // every third inline (32 bytes), the rest in data files
+  std::optional<std::vector<double>> unset;
+  std::vector<float> big;  // 2 MiB: chunk checksums, so written as a map among the records
+};
+
+ManyLeaves make_many(std::size_t layers) {
+  ManyLeaves m;
+  m.step = 77;
+  m.name = "run-3";
+  m.layers.resize(layers);
+  for (std::size_t k = 0; k < layers; ++k) {
+    m.layers[k].resize(k % 3 == 0 ? 8 : 1100 + k % 7);
+    for (std::size_t i = 0; i < m.layers[k].size(); ++i) m.layers[k][i] = static_cast<float>(k) + 0.25f * static_cast<float>(i % 9);
+  }
+  m.big.resize(512 * 1024);
+  for (std::size_t i = 0; i < m.big.size(); ++i) m.big[i] = static_cast<float>(i % 1000);
+  return m;
+}
+
+bool same(const ManyLeaves& a, const ManyLeaves& b) {
+  return a.step == b.step && a.name == b.name && a.layers == b.layers && a.unset == b.unset && a.big == b.big;
+}
+
+// The manifest of dir, changed by edit, with a commit marker that matches it again: a
+// manifest the writer could not have written, which only the decoder's checks refuse.
+template <class Edit>
+void rewrite_manifest(const fs::path& dir, Edit&& edit) {
+  std::vector<char> m = test::read_bytes(dir / "manifest");
+  edit(m);
+  const auto mb = std::as_bytes(std::span(m));
+  fs::remove(dir / "manifest");
+  fs::remove(dir / "commit");
+  ckpt::io::write_file_synced(dir / "manifest", mb);
+  const std::string c = ckpt::native_format::encode_commit({m.size(), ckpt::io::xxh3(mb)});
+  ckpt::io::write_file_synced(dir / "commit", std::as_bytes(std::span(c)));
+}
+
+// Where the root's "records" binary starts in a manifest, and its size.
+std::pair<std::size_t, std::size_t> records_binary(const std::vector<char>& m) {
+  const std::string key = "\xa7records";
+  const auto at = std::search(m.begin(), m.end(), key.begin(), key.end());
+  REQUIRE(at != m.end());
+  std::size_t p = static_cast<std::size_t>(at - m.begin()) + key.size();
+  const auto byte = [&](std::size_t i) { return static_cast<std::size_t>(static_cast<unsigned char>(m[i])); };
+  const std::size_t len_bytes = byte(p) == 0xc4 ? 1 : byte(p) == 0xc5 ? 2 : 4;
+  REQUIRE((byte(p) >= 0xc4 && byte(p) <= 0xc6));
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < len_bytes; ++i) n = n << 8 | byte(p + 1 + i);
+  return {p + 1 + len_bytes, n};
+}
+
+void store_le(std::vector<char>& m, std::size_t at, std::uint64_t v, int bytes) {
+  for (int k = 0; k < bytes; ++k) m[at + static_cast<std::size_t>(k)] = static_cast<char>(v >> (8 * k));
+}
+
+// Each way of opening dir refuses it with `what`, naming `path`: an Index (open), the
+// leaf table (restore_into) and a restore of a new value.
+void check_refused(const fs::path& dir, const std::string& path, const std::string& what) {
+  CAPTURE(what);
+  ManyLeaves into = make_many(1500);
+  const std::function<void()> opens[] = {[&] { (void)ckpt::native::open(dir); },
+                                         [&] { ckpt::restore_into(dir, into); },
+                                         [&] { (void)ckpt::restore<ManyLeaves>(dir); }};
+  for (const auto& open : opens) {
+    try {
+      open();
+      FAIL("not refused");
+    } catch (const ckpt::CorruptCheckpointError& e) {
+      CHECK(e.path() == path);
+      CHECK(e.message().find(what) != std::string::npos);
+      CHECK(e.checkpoint().find(dir.filename().string()) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("format version 3: leaves as records, read by an Index, the leaf table and Python; bad records refused") {
+  test::TempDir tmp;
+  const ManyLeaves m = make_many(1500);
+  ckpt::save(tmp / "v3", m);
+  const auto index = ckpt::native::open(tmp / "v3");
+  CHECK(index->info().format_version == 3);
+  CHECK(same(ckpt::restore<ManyLeaves>(tmp / "v3"), m));
+  ManyLeaves into = make_many(1500);
+  for (auto& l : into.layers) std::fill(l.begin(), l.end(), -1.0f);
+  into.step = 0;
+  into.name = "x";
+  ckpt::restore_into(tmp / "v3", into);
+  CHECK(same(into, m));
+  // Every leaf as the Index has it: inline or in a file, its dtype, shape and bytes.
+  std::size_t inline_leaves = 0, chunked = 0;
+  for (const auto& e : index->entries()) {
+    CAPTURE(e.path.str());
+    if (!e.chunk_xxh3.empty()) ++chunked;
+    if (e.path.size() != 2 || e.path.segments()[0] != "layers") continue;
+    const std::size_t k = std::stoul(e.path.segments()[1]);
+    CHECK(e.type == ckpt::dtype::float32);
+    CHECK(e.shape == ckpt::Shape{static_cast<std::int64_t>(m.layers[k].size())});
+    CHECK(e.file.empty() == (k % 3 == 0));
+    inline_leaves += e.file.empty();
+    std::vector<float> got(m.layers[k].size());
+    index->read(e, std::as_writable_bytes(std::span(got)));
+    CHECK(got == m.layers[k]);
+  }
+  CHECK(inline_leaves == 500);
+  CHECK(chunked == 1);
+
+  // An independent reader: Python's msgpack and numpy, following the layout in
+  // leaf_records.hpp.
+  const std::string out = test::python(R"(
+import sys, struct, msgpack, numpy as np
+d = sys.argv[1]
+m = msgpack.unpackb(open(d + "/manifest", "rb").read(), raw=False)
+assert m["format_version"] == 3
+recs, dims, inl = m["records"], m["dims"], m["inline"]
+k = maps = 0
+sums = {}
+for leaf in m["leaves"]:
+    if isinstance(leaf, dict):
+        maps += 1
+        continue
+    off, length, xxh, f, dt, at, rank = struct.unpack_from("<QQQIIII", recs, 40 * k)
+    k += 1
+    shape = struct.unpack_from("<%dq" % rank, dims, 8 * at)
+    if f == 0xffffffff:
+        raw = inl[off:off + length]
+    else:
+        with open(d + "/" + m["files"][f], "rb") as fh:
+            fh.seek(off)
+            raw = fh.read(length)
+    a = np.frombuffer(raw, dtype=m["dtypes"][dt]).reshape(shape) if m["dtypes"][dt] not in ("none", "string") else None
+    if leaf[0] == "layers":
+        sums[int(leaf[1])] = float(a.astype(np.float64).sum())
+    if leaf == ["step"]:
+        print("step", int(a))
+assert k * 40 == len(recs), (k, len(recs))
+print("maps", maps, "records", k)
+for i in (0, 1, 2, 742, 1499):
+    print("sum", i, repr(sums[i]))
+)",
+                                       tmp / "v3");
+  CHECK(out.find("step 77\n") != std::string::npos);
+  CHECK(out.find("maps 1 records ") != std::string::npos);
+  for (const std::size_t i : {0u, 1u, 2u, 742u, 1499u}) {
+    double sum = 0;
+    for (float x : m.layers[i]) sum += x;
+    CAPTURE(i);
+    const std::string key = "sum " + std::to_string(i) + " ";
+    const auto at = out.find(key);
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stod(out.substr(at + key.size())) == doctest::Approx(sum).epsilon(1e-12));
+  }
+
+  // Fewer leaves than records_from that fit a record: version 1, which older releases read.
+  ckpt::save(tmp / "few", std::vector<std::vector<float>>(ckpt::native_format::records_from - 1, std::vector<float>(8)));
+  CHECK(ckpt::native::open(tmp / "few")->info().format_version == 1);
+  ckpt::save(tmp / "enough", std::vector<std::vector<float>>(ckpt::native_format::records_from, std::vector<float>(8)));
+  CHECK(ckpt::native::open(tmp / "enough")->info().format_version == 3);
+
+  // Records the writer could not have written: each refused, naming the leaf.
+  std::size_t record_of_layer_3 = 0, record_of_layer_4 = 0, records = 0;
+  for (const auto& e : index->entries()) {
+    if (e.path.str() == "layers.3") record_of_layer_3 = records;
+    if (e.path.str() == "layers.4") record_of_layer_4 = records;
+    records += ckpt::native_format::fits_record(e);
+  }
+  const auto bad = [&](const std::string& name, auto&& edit) {
+    fs::copy(tmp / "v3", tmp / name, fs::copy_options::recursive);
+    rewrite_manifest(tmp / name, [&](std::vector<char>& b) {
+      const auto [at, size] = records_binary(b);
+      REQUIRE(size == records * 40);
+      edit(b, at);
+    });
+    return tmp / name;
+  };
+  const auto field = [](std::size_t record, std::size_t offset) { return record * 40 + offset; };
+  check_refused(bad("dtype", [&](auto& b, std::size_t at) { store_le(b, at + field(record_of_layer_4, 28), 99, 4); }),
+                "layers.4", "dtype number 99 is not one of the");
+  check_refused(bad("file", [&](auto& b, std::size_t at) { store_le(b, at + field(record_of_layer_4, 24), 7, 4); }),
+                "layers.4", "data file number 7 is not one of the 1 recorded");
+  check_refused(bad("rank", [&](auto& b, std::size_t at) { store_le(b, at + field(record_of_layer_4, 36), 1u << 30, 4); }),
+                "layers.4", "lies outside the");
+  check_refused(bad("inline", [&](auto& b, std::size_t at) { store_le(b, at + field(record_of_layer_3, 0), std::uint64_t{1} << 40, 8); }),
+                "layers.3", "inline bytes [1099511627776, +32) lie outside the");
+  check_refused(bad("length", [&](auto& b, std::size_t at) { store_le(b, at + field(record_of_layer_3, 8), 36, 8); }),
+                "layers.3", "needs 8 elements but 36 bytes are recorded");
+  check_refused(bad("past_file", [&](auto& b, std::size_t at) { store_le(b, at + field(record_of_layer_4, 0), std::uint64_t{1} << 40, 8); }),
+                "layers.4", "lie outside data-0");
+  // One record fewer (the binary's size, in its header, made 40 smaller) and one more.
+  const auto resize_records = [&](const std::string& name, int by) {
+    fs::copy(tmp / "v3", tmp / name, fs::copy_options::recursive);
+    rewrite_manifest(tmp / name, [&](std::vector<char>& b) {
+      const auto [at, size] = records_binary(b);
+      const std::size_t now = size + static_cast<std::size_t>(by * 40);
+      REQUIRE(static_cast<unsigned char>(b[at - 3]) == 0xc5);  // a bin 16: under 64 KiB
+      b[at - 2] = static_cast<char>(now >> 8);
+      b[at - 1] = static_cast<char>(now);
+      if (by < 0) b.erase(b.begin() + static_cast<std::ptrdiff_t>(at + now), b.begin() + static_cast<std::ptrdiff_t>(at + size));
+      else b.insert(b.begin() + static_cast<std::ptrdiff_t>(at + size), 40, '\0');
+    });
+    return tmp / name;
+  };
+  const ckpt::Path last = index->entries()[index->entries().size() - 1].path.str() == "big"
+                              ? index->entries()[index->entries().size() - 2].path
+                              : index->entries().back().path;
+  check_refused(resize_records("fewer", -1), last.str(), "more leaves are written as paths than there are records");
+  check_refused(resize_records("more", 1), "", "1 of " + std::to_string(records + 1) + " leaf records belong to no leaf");
 }
 
 TEST_CASE("the inline threshold decides which leaves live in the manifest") {

@@ -224,6 +224,10 @@ class Cursor {
   std::size_t left() const noexcept { return size_ - at_; }
 
   bool next_is_nil() const { return peek() == 0xc0; }
+  bool next_is_array() const {
+    const unsigned char b = peek();
+    return (b >= 0x90 && b <= 0x9f) || b == 0xdc || b == 0xdd;
+  }
   // Consumes the N - 1 bytes of the literal `raw` when the bytes at the cursor are
   // exactly those (a key as a known writer encodes it); else consumes nothing. (GCC 12
   // calls memcmp for it; comparing unrolled bytes or 8-byte words instead counted more

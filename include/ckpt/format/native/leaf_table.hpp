@@ -2,10 +2,11 @@
 // records, looked up by path and read; the restore that fills a typed target from them
 // is format/native/leaf_table_fill.hpp.
 //
-// Each leaf laid out as this library's writer lays it (a map of eight keys, its bytes
-// whole and raw in a data file or inline in the manifest: decode_leaf_as_written's
-// layout) becomes a TableLeaf of 64 bytes: its path's segments and its shape are views
-// into the manifest's bytes and one shared array, so that opening 20,000 leaves
+// Each leaf laid out as this library's writer lays it, its bytes whole and raw in a
+// data file or inline in the manifest (a version 3 record, leaf_records.hpp, or in
+// older manifests a map of eight keys: decode_leaf_as_written's layout), becomes a
+// TableLeaf of 64 bytes: its path's segments and its shape are views into the
+// manifest's bytes and one shared array, so that opening 20,000 leaves
 // allocates nothing per leaf. Any other leaf (chunk checksums, boxes, keys in another
 // order) is decoded into an IndexEntry as open() decodes it, and a small Index of those
 // alone (the side index) serves it: its reads, boxes and lazy sources are the general
@@ -61,21 +62,28 @@ class LeafTable {
     IndexInfo info;
     IndexEntries side;
     decode_manifest_checked(manifest_->bytes(), checkpoint_, info,
-                            [&](detail::mp::Cursor& c, const detail::mp::Reader& r, std::uint32_t count) {
+                            [&](detail::mp::Cursor& c, const detail::mp::Reader& r, std::uint32_t count,
+                                LeafRecords& records) {
                               // A leaf's path is two segments or so, its shape a dimension:
                               // reserved so, growing stays rare.
                               leaves_.reserve(count);
                               segments_.reserve(std::size_t{count} * 2);
                               dims_.reserve(count);
+                              // The records' file numbers are the table's.
+                              file_names_.assign(records.files.begin(), records.files.end());
                               for (std::uint32_t i = 0; i < count; ++i) {
                                 c.use(r);
                                 TableLeaf& t = leaves_.emplace_back();
-                                if (decode_as_written(c, t)) continue;
-                                // A fresh reader each time: decode_leaf names its leaf by
+                                const bool record = c.next_is_array();
+                                if (record ? take_record(c, records, t) : decode_as_written(c, t)) continue;
+                                // A fresh reader each time: the decoders name their leaf by
                                 // pointer, and `side` may move its entries as it grows.
                                 detail::mp::Reader lr = r.at_path("");
                                 IndexEntry& e = side.emplace_back();
-                                decode_leaf(c, lr, info, e);
+                                if (record)
+                                  decode_leaf_record(c, lr, records, e);  // the fault take_record met, named
+                                else
+                                  decode_leaf(c, lr, info, e);
                                 t.entry = static_cast<std::uint32_t>(side.size() - 1);
                               }
                             });
@@ -207,6 +215,42 @@ class LeafTable {
   }
 
  private:
+  // A leaf written as its path and a record (version 3) into t, checked as
+  // decode_leaf_record checks it; false (and nothing kept, no record taken) for any
+  // fault, which decode_leaf_record then names.
+  bool take_record(detail::mp::Cursor& c, LeafRecords& records, TableLeaf& t) {
+    const std::size_t start = c.pos(), next = records.next, segments_before = segments_.size(), dims_before = dims_.size();
+    try {
+      t.path_at = static_cast<std::uint32_t>(segments_before);
+      t.path_size = c.array("path");  // <= the bytes left: Cursor::array checks
+      for (std::uint32_t k = 0; k < t.path_size; ++k) segments_.push_back(c.str("path segment"));
+      LeafRecord r;
+      if (records.take(r, dims_).empty()) {
+        t.shape_at = static_cast<std::uint32_t>(dims_before);
+        t.rank = static_cast<std::uint32_t>(dims_.size() - dims_before);
+        const std::span<const std::int64_t> dims(dims_.data() + dims_before, t.rank);
+        const std::int64_t elements = element_count(dims);
+        if (elements >= 0 && shape_fits(r.type, dims.empty(), r.length, elements)) {
+          t.type = r.type;
+          t.length = r.length;
+          t.checksum = r.checksum;
+          t.file = r.file == record_inline ? TableLeaf::in_manifest : r.file;
+          t.offset = r.file != record_inline
+                         ? r.offset
+                         : static_cast<std::uint64_t>(reinterpret_cast<const std::byte*>(records.inline_bytes.data()) -
+                                                      manifest_->data()) + r.offset;
+          return true;
+        }
+      }
+    } catch (const CorruptCheckpointError&) {  // malformed: decode_leaf_record says how
+    }
+    c.seek(start);
+    records.next = next;
+    segments_.resize(segments_before);
+    dims_.resize(dims_before);
+    t = TableLeaf{};
+    return false;
+  }
 
   // A leaf in the writer's layout into t, with decode_leaf_as_written's checks; false
   // (and nothing kept) for any other leaf or any fault, which decode_leaf then reads

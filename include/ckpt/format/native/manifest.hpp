@@ -10,6 +10,9 @@
 // and their xxh3 is then the xxh3 of chunk_xxh3's bytes; chunks are read and verified by
 // several threads. A manifest with no such leaf is still written as version 1, which
 // older readers read; version 1 checkpoints read as before.
+// format_version 3 (issue 11) writes each leaf stored whole and raw as its path alone
+// in "leaves" and a fixed-size record in the root's "records" (leaf_records.hpp), when
+// there are at least records_from such leaves.
 // commit: text written last, holding the manifest's size and xxh3, so a torn or
 // altered manifest is detected before it is parsed.
 #pragma once
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include <ckpt/detail/msgpack.hpp>
+#include <ckpt/format/native/leaf_records.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/tile_checksums.hpp>
@@ -41,8 +45,9 @@ inline constexpr const char* format_name = "ckpt-native";
 // per-chunk checksums ("chunk_bytes", "chunk_xxh3"); written only when a checkpoint
 // has such a leaf, so that others stay readable by older versions. A box may also carry
 // tile checksums ("tile_bytes", "tile_rows", "tiles": io/tile_checksums.hpp), which
-// readers that do not know them skip: they add no version.
-inline constexpr std::uint64_t format_version = 2;
+// readers that do not know them skip: they add no version. 3: leaves as fixed-size
+// records (leaf_records.hpp), written only when records_from leaves or more fit one.
+inline constexpr std::uint64_t format_version = 3;
 // Leaves longer than this carry per-chunk checksums (format version 2).
 inline constexpr std::uint64_t checksum_chunk_bytes = std::uint64_t{1} << 20;
 inline constexpr const char* manifest_file = "manifest";
@@ -86,12 +91,15 @@ void encode_manifest_into(Out& out, const IndexInfo& info, std::span<const Index
     pk.pack_bin(static_cast<std::uint32_t>(le.size()));
     pk.pack_bin_body(le.data(), static_cast<std::uint32_t>(le.size()));
   };
-  // version 2 only when a leaf needs it: boxes (Sharded leaves) or per-chunk checksums
+  // version 2 only when a leaf needs it: boxes (Sharded leaves) or per-chunk checksums;
+  // version 3 when enough leaves fit a record
   bool v2 = false;
   for (const auto& e : entries) v2 = v2 || !e.boxes.empty() || !e.chunk_xxh3.empty();
-  pk.pack_map(info.processes > 1 ? 8 : 7);
+  const RecordTables records(entries);
+  const bool v3 = records.used();
+  pk.pack_map((info.processes > 1 ? 8 : 7) + (v3 ? 5 : 0));
   str("format"); str(format_name);
-  str("format_version"); pk.pack(v2 ? format_version : std::uint64_t{1});
+  str("format_version"); pk.pack(std::uint64_t{v3 ? 3u : v2 ? 2u : 1u});
   if (info.processes > 1) { str("processes"); pk.pack(info.processes); }
   str("library_version"); str(library_version);
   str("type"); str(info.type_name);
@@ -102,9 +110,15 @@ void encode_manifest_into(Out& out, const IndexInfo& info, std::span<const Index
     pk.pack_array(3);
     str(s.path); str(s.dtype); pk.pack(s.rank);
   }
+  if (v3) records.pack(pk, out, entries);
   str("leaves");
   pk.pack_array(static_cast<std::uint32_t>(entries.size()));
   for (const auto& e : entries) {
+    if (v3 && fits_record(e)) {  // its path; the rest is its record
+      pk.pack_array(static_cast<std::uint32_t>(e.path.size()));
+      for (const auto& seg : e.path.segments()) str(seg);
+      continue;
+    }
     const bool has_chunks = !e.chunk_xxh3.empty();
     pk.pack_map(has_chunks ? 10 : 8);  // path dtype shape file offset length xxh3, inline or codec, [chunks]
     str("path");
@@ -298,9 +312,13 @@ inline constexpr detail::mp::KeyNames<12> leaf(std::array<std::string_view, 12>{
 inline constexpr detail::mp::KeyNames<13> box(std::array<std::string_view, 13>{
     "file", "offset", "length", "xxh3", "inline", "codec", "origin", "shape", "ranks", "pieces", "tile_bytes",
     "tile_rows", "tiles"});
-enum : std::size_t { format, format_version, processes, library_version, type, fingerprint, schema, leaves };
-inline constexpr detail::mp::KeyNames<8> root(std::array<std::string_view, 8>{
-    "format", "format_version", "processes", "library_version", "type", "fingerprint", "schema", "leaves"});
+enum : std::size_t {
+  format, format_version, processes, library_version, type, fingerprint, schema,
+  record_files, record_dtypes, records, record_dims, record_inline_bytes, leaves  // version 3: leaf_records.hpp
+};
+inline constexpr detail::mp::KeyNames<13> root(std::array<std::string_view, 13>{
+    "format", "format_version", "processes", "library_version", "type", "fingerprint", "schema",
+    "files", "dtypes", "records", "dims", "inline", "leaves"});
 }  // namespace keys
 
 // The little-endian u64s of a binary (chunk or piece checksums).
@@ -522,10 +540,37 @@ inline void decode_leaf(detail::mp::Cursor& c, detail::mp::Reader& lr, const Ind
   l.finish();
 }
 
+// A leaf written as its path (version 3), its fields the next of `records`, into e,
+// checked; errors name it (lr).
+inline void decode_leaf_record(detail::mp::Cursor& c, detail::mp::Reader& lr, LeafRecords& records, IndexEntry& e) {
+  {
+    std::vector<std::string> segs(c.array("path"));
+    for (auto& seg : segs) seg = c.str("path segment");
+    e.path = Path(std::move(segs));
+  }
+  lr.name_leaf(e.path);
+  LeafRecord r;
+  if (const std::string fault = records.take(r, e.shape); !fault.empty()) lr.fail(fault);
+  e.type = r.type;
+  e.length = r.length;
+  e.checksum = r.checksum;
+  const std::int64_t elements = element_count(e.shape);
+  if (elements < 0) lr.fail("shape " + shape_str(e.shape) + " is invalid");
+  if (const std::string fault = leaf_shape_fault(e, elements, r.dtype_name); !fault.empty()) lr.fail(fault);
+  if (r.file == record_inline) {
+    e.inline_bytes = std::as_bytes(records.inline_bytes.subspan(r.offset, r.length));
+  } else {
+    e.file = records.files[r.file];
+    e.offset = r.offset;
+    e.codec = "raw";
+  }
+}
+
 // Parses a manifest already checked against the commit marker; still validates every
 // field, since the marker only proves the manifest is the one the writer wrote. Read
 // with a Cursor, straight from the bytes. The leaves are decoded by
-// leaves(cursor, reader, count), which reads `count` of them from the cursor: into
+// leaves(cursor, reader, count, records), which reads `count` of them from the cursor,
+// taking a record from `records` for each leaf written as a path (version 3): into
 // IndexEntries (decode_manifest, below), or into the leaf table's flat records
 // (leaf_table.hpp). What they keep may point into `bytes`, which the caller keeps alive.
 template <class DecodeLeaves>
@@ -552,12 +597,45 @@ void decode_manifest_with(std::span<const std::byte> bytes, const std::string& c
       info.schema.push_back({std::move(path), std::move(dtype), static_cast<int>(sc.i64("schema rank"))});
     }
   }
+  // Version 3's record tables (leaf_records.hpp), which writers put before the leaves.
+  // Not looked for in older manifests: an absent key is looked for to the map's end.
+  LeafRecords records;
+  if (info.format_version >= 3) {
+    auto binary = [&](std::size_t k, std::string_view what, std::size_t unit) {
+      const std::string_view b = root.at(k).string_if(false, true);
+      if (!b.data() || b.size() % unit != 0)
+        r.fail(std::string(what) + " must be a binary of " + std::to_string(unit) + "-byte items");
+      root.read_past(k);
+      return std::span(reinterpret_cast<const unsigned char*>(b.data()), b.size());
+    };
+    auto& fc = root.at(keys::record_files);
+    for (std::uint32_t i = 0, n = fc.array("files"); i < n; ++i) {
+      const std::string_view f = fc.str("file");
+      if (!is_data_file_name(f)) r.fail("data file name " + quote_for_message(std::string(f)) + " is not one ckpt writes");
+      records.files.push_back(f);
+    }
+    root.read_past(keys::record_files);
+    auto& dc = root.at(keys::record_dtypes);
+    for (std::uint32_t i = 0, n = dc.array("dtypes"); i < n; ++i) {
+      const std::string_view dt = dc.str("dtype");
+      const auto d = dtype_from_name(dt);
+      if (!d) r.fail("unknown dtype " + quote_for_message(std::string(dt)));
+      records.dtypes.emplace_back(*d, dt);
+    }
+    root.read_past(keys::record_dtypes);
+    records.records = binary(keys::records, "records", record_bytes);
+    records.dims = binary(keys::record_dims, "dims", 8);
+    records.inline_bytes = binary(keys::record_inline_bytes, "inline", 1);
+  }
   // No more than the bytes left (Cursor::array checks): what a decoder reserves for the
   // leaves stays within a record's size times the manifest's size.
   const std::uint32_t count = root.at(keys::leaves).array("leaves");
-  leaves(c, r, count);
+  leaves(c, r, count, records);
   c.use(r);
   root.read_past(keys::leaves);
+  if (records.next != records.count())
+    r.fail(std::to_string(records.count() - records.next) + " of " + std::to_string(records.count()) +
+           " leaf records belong to no leaf");
   // Looked up after the leaves: writers put it before them, and an absent key is looked
   // for to the map's end, which would step over every leaf first.
   if (auto* p = root.find(keys::processes)) info.processes = p->u64("processes");
@@ -589,12 +667,17 @@ void decode_manifest_checked(std::span<const std::byte> bytes, const std::string
 inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std::string& checkpoint, IndexInfo& info) {
   IndexEntries entries;
   decode_manifest_checked(bytes, checkpoint, info,
-                          [&](detail::mp::Cursor& c, const detail::mp::Reader& r, std::uint32_t count) {
+                          [&](detail::mp::Cursor& c, const detail::mp::Reader& r, std::uint32_t count,
+                              LeafRecords& records) {
                             entries.reserve(count);
                             detail::mp::Reader lr = r.at_path("");  // names each leaf in turn (name_leaf)
                             for (std::uint32_t i = 0; i < count; ++i) {
                               c.use(r);
                               IndexEntry& e = entries.emplace_back();  // reserved: the leaf lr names stays put
+                              if (c.next_is_array()) {
+                                decode_leaf_record(c, lr, records, e);
+                                continue;
+                              }
                               if (!decode_leaf_as_written(c, e)) decode_leaf(c, lr, info, e);
                             }
                           });
