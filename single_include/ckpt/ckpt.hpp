@@ -5334,6 +5334,7 @@ class MapFields {
 // readable by releases before version 3.
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -5357,14 +5358,21 @@ inline bool fits_record(const IndexEntry& e) {
 }
 
 namespace detail_records {
-inline std::uint64_t load_u64(const unsigned char* p) {
-  std::uint64_t v = 0;
-  for (int k = 7; k >= 0; --k) v = (v << 8) | p[k];
+// Little-endian loads: one move on a little-endian host (GCC 12 did not see that in a
+// loop of shifts, which was a fifth of opening 20,000 leaves).
+template <class U>
+U load_le(const unsigned char* p) {
+  U v;
+  std::memcpy(&v, p, sizeof v);
+  if constexpr (std::endian::native == std::endian::big) {
+    U r = 0;
+    for (std::size_t k = 0; k < sizeof v; ++k) r = (r << 8) | p[sizeof v - 1 - k];
+    v = r;
+  }
   return v;
 }
-inline std::uint32_t load_u32(const unsigned char* p) {
-  return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 | std::uint32_t{p[3]} << 24;
-}
+inline std::uint64_t load_u64(const unsigned char* p) { return load_le<std::uint64_t>(p); }
+inline std::uint32_t load_u32(const unsigned char* p) { return load_le<std::uint32_t>(p); }
 inline void store(char* p, std::uint64_t v, int bytes) {
   for (int k = 0; k < bytes; ++k) p[k] = static_cast<char>(v >> (8 * k));
 }
@@ -9808,9 +9816,12 @@ class LeafTable {
   }
   // What leaf_shape_fault finds nothing wrong with, without making its message.
   static bool shape_fits(dtype type, bool scalar, std::uint64_t length, std::int64_t elements) {
+    // elements * size == length, with no overflow: checked by the multiplication, not
+    // by dividing first (a division was a tenth of taking a record)
+    std::uint64_t bytes = 0;
     if (is_numeric(type))
-      return static_cast<std::uint64_t>(elements) <= length / dtype_size(type) + 1 &&
-             static_cast<std::uint64_t>(elements) * dtype_size(type) == length;
+      return !__builtin_mul_overflow(static_cast<std::uint64_t>(elements), std::uint64_t{dtype_size(type)}, &bytes) &&
+             bytes == length;
     if (type == dtype::none) return length == 0;
     return type != dtype::string || scalar;
   }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -44,14 +45,21 @@ inline bool fits_record(const IndexEntry& e) {
 }
 
 namespace detail_records {
-inline std::uint64_t load_u64(const unsigned char* p) {
-  std::uint64_t v = 0;
-  for (int k = 7; k >= 0; --k) v = (v << 8) | p[k];
+// Little-endian loads: one move on a little-endian host (GCC 12 did not see that in a
+// loop of shifts, which was a fifth of opening 20,000 leaves).
+template <class U>
+U load_le(const unsigned char* p) {
+  U v;
+  std::memcpy(&v, p, sizeof v);
+  if constexpr (std::endian::native == std::endian::big) {
+    U r = 0;
+    for (std::size_t k = 0; k < sizeof v; ++k) r = (r << 8) | p[sizeof v - 1 - k];
+    v = r;
+  }
   return v;
 }
-inline std::uint32_t load_u32(const unsigned char* p) {
-  return std::uint32_t{p[0]} | std::uint32_t{p[1]} << 8 | std::uint32_t{p[2]} << 16 | std::uint32_t{p[3]} << 24;
-}
+inline std::uint64_t load_u64(const unsigned char* p) { return load_le<std::uint64_t>(p); }
+inline std::uint32_t load_u32(const unsigned char* p) { return load_le<std::uint32_t>(p); }
 inline void store(char* p, std::uint64_t v, int bytes) {
   for (int k = 0; k < bytes; ++k) p[k] = static_cast<char>(v >> (8 * k));
 }

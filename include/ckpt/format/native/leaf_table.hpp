@@ -309,9 +309,12 @@ class LeafTable {
   }
   // What leaf_shape_fault finds nothing wrong with, without making its message.
   static bool shape_fits(dtype type, bool scalar, std::uint64_t length, std::int64_t elements) {
+    // elements * size == length, with no overflow: checked by the multiplication, not
+    // by dividing first (a division was a tenth of taking a record)
+    std::uint64_t bytes = 0;
     if (is_numeric(type))
-      return static_cast<std::uint64_t>(elements) <= length / dtype_size(type) + 1 &&
-             static_cast<std::uint64_t>(elements) * dtype_size(type) == length;
+      return !__builtin_mul_overflow(static_cast<std::uint64_t>(elements), std::uint64_t{dtype_size(type)}, &bytes) &&
+             bytes == length;
     if (type == dtype::none) return length == 0;
     return type != dtype::string || scalar;
   }
