@@ -251,6 +251,23 @@ for i in (0, 1, 2, 742, 1499):
     CHECK(std::stod(out.substr(at + key.size())) == doctest::Approx(sum).epsilon(1e-12));
   }
 
+  // The same through object storage, and an incremental manager's steps, each of which
+  // reads the step before's records and restores alone once that step is deleted.
+  ckpt::save("mem://native-v3/m", m, {.force = true});
+  CHECK(ckpt::open_index("mem://native-v3/m")->info().format_version == 3);
+  CHECK(same(ckpt::restore<ManyLeaves>("mem://native-v3/m"), m));
+  {
+    ckpt::CheckpointManager<ManyLeaves> mgr(tmp / "run", {.incremental = true});
+    ManyLeaves m2 = m;
+    for (std::size_t k = 1; k < 40; k += 3) m2.layers[k][0] += 1.0f;
+    REQUIRE(mgr.save(1, m));
+    REQUIRE(mgr.save(2, m2));
+    CHECK(ckpt::native::open(mgr.step_directory(2))->info().format_version == 3);
+    mgr.delete_step(1);
+    CHECK(same(mgr.restore(2), m2));
+    CHECK(same(ckpt::restore<ManyLeaves>(mgr.step_directory(2)), m2));
+  }
+
   // Fewer leaves than records_from that fit a record: version 1, which older releases read.
   ckpt::save(tmp / "few", std::vector<std::vector<float>>(ckpt::native_format::records_from - 1, std::vector<float>(8)));
   CHECK(ckpt::native::open(tmp / "few")->info().format_version == 1);
