@@ -356,6 +356,74 @@ TEST_CASE("several data files are written in parallel and read back") {
   for (int i = 0; i < 9; ++i) CHECK(r.ws[static_cast<std::size_t>(i)] == many.ws[static_cast<std::size_t>(i)]);
 }
 
+TEST_CASE("a large manifest lends the reader its first bounce buffers: past its bytes, and each reader's own") {
+  // The memory past a manifest of huge-page size, page-aligned; none for a small one.
+  {
+    const ckpt::native_format::ManifestBytes small(1000), large(std::size_t{600} << 10);
+    CHECK(small.spare().empty());
+    REQUIRE(large.spare().size() >= 2 * ckpt::native_format::Reader::bounce_bytes);
+    CHECK(large.spare().data() >= large.bytes().data() + large.bytes().size());
+    CHECK(reinterpret_cast<std::uintptr_t>(large.spare().data()) % 4096 == 0);
+  }
+  // 10,000 leaves of 4.4 KB read in runs through those buffers by two threads, every
+  // tenth leaf inline in the manifest (whose last bytes lie just before the buffers):
+  // each restore path gives back every byte, and a second checkpoint open at the same
+  // time has buffers of its own.
+  test::TempDir tmp;
+  struct Many {
+    std::vector<std::vector<std::int32_t>> ws;
+  } many;
+  for (std::size_t i = 0; i < 10000; ++i) {
+    std::vector<std::int32_t> w(i % 10 == 9 ? 3 : 1100);
+    for (std::size_t j = 0; j < w.size(); ++j) w[j] = static_cast<std::int32_t>(i * 7919 + j);
+    many.ws.push_back(std::move(w));
+  }
+  ckpt::save(tmp / "a", many);
+  ckpt::save(tmp / "b", many, {.data_files = 2});
+  const auto index_a = ckpt::open_index(tmp / "a");
+  const auto index_b = ckpt::open_index(tmp / "b");
+  const auto* reader_a = dynamic_cast<const ckpt::native_format::Reader*>(index_a->reader().get());
+  const auto* reader_b = dynamic_cast<const ckpt::native_format::Reader*>(index_b->reader().get());
+  REQUIRE(reader_a);
+  REQUIRE(reader_b);
+  CHECK(reader_a->lent_buffers() >= 2);
+  CHECK(reader_b->lent_buffers() >= 2);
+  for (const char* name : {"a", "b"}) {
+    CAPTURE(name);
+    Many into;
+    for (const auto& w : many.ws) into.ws.emplace_back(w.size(), -1);
+    ckpt::restore_into(tmp / name, into);  // the leaf table
+    CHECK(into.ws == many.ws);
+    std::uint64_t reported = 0;
+    const Many back = ckpt::restore<Many>(tmp / name, {.progress = [&](const ckpt::Progress& p) {
+                                                         reported = p.bytes_done;
+                                                         return true;
+                                                       }});  // an Index and its read queue
+    CHECK(back.ws == many.ws);
+    CHECK(reported > 0);
+  }
+  // Both indexes' readers at once, each through its own buffers.
+  std::vector<std::vector<std::byte>> bytes_a(many.ws.size()), bytes_b(many.ws.size());
+  ckpt::exec::ReadQueue qa, qb;
+  for (std::size_t i = 0; i < many.ws.size(); ++i) {
+    const ckpt::Path p({"ws", std::to_string(i)});
+    const ckpt::IndexEntry* ea = index_a->find(p);
+    const ckpt::IndexEntry* eb = index_b->find(p);
+    REQUIRE(ea);
+    REQUIRE(eb);
+    qa.push(*index_a, *ea, bytes_a[i] = std::vector<std::byte>(ea->length), true);
+    qb.push(*index_b, *eb, bytes_b[i] = std::vector<std::byte>(eb->length), true);
+  }
+  std::thread other([&] { qb.run(); });
+  qa.run();
+  other.join();
+  for (std::size_t i = 0; i < many.ws.size(); ++i) {
+    REQUIRE(bytes_a[i].size() == many.ws[i].size() * sizeof(std::int32_t));
+    CHECK(std::memcmp(bytes_a[i].data(), many.ws[i].data(), bytes_a[i].size()) == 0);
+    CHECK(bytes_a[i] == bytes_b[i]);
+  }
+}
+
 TEST_CASE("small leaves are read in groups: each in its place, the padding skipped, a bad byte named") {
   test::TempDir tmp;
   struct Small {

@@ -97,7 +97,7 @@ class LeafTable {
       if (!e.file.empty()) sizes.try_emplace(e.file);
     });
     reader_ = std::make_shared<Reader>(*loc.storage->local_directory() / loc.prefix,
-                                       open_data_files(*loc.storage->local_directory(), loc, sizes));
+                                       open_data_files(*loc.storage->local_directory(), loc, sizes), manifest_);
     std::vector<const std::optional<std::uint64_t>*> file_sizes;
     for (const std::string_view f : file_names_) file_sizes.push_back(&sizes.find(std::string(f))->second);
     for (std::uint32_t i = 0; i < leaves_.size(); ++i) {

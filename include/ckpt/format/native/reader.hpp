@@ -16,9 +16,11 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -39,10 +41,63 @@ namespace ckpt::native_format {
 
 namespace fs = std::filesystem;
 
+// A restore's buffer for a run of small leaves (Reader::read_runs): read whole, each
+// leaf verified there and copied out.
+inline constexpr std::size_t bounce_buffer_bytes = std::size_t{256} << 10;
+
+// A manifest's bytes, in memory of their own: from half a megabyte up on huge pages,
+// not zeroed before they are read (detail/huge_page_allocator.hpp). Read into a
+// std::vector, a 20,000-leaf manifest (2 MB) was zeroed first and then faulted in,
+// 512 fresh pages, in every process that restores once.
+//
+// Such a manifest also holds, past its end, room for two of the reader's bounce
+// buffers (spare(), lent by the Reader below). They mostly fall on the manifest's
+// last huge page, which reading the manifest has faulted in already; a slab of their
+// own was one more fresh huge page per restore, which the kernel zeroes before the
+// first read into it, and the restore of 20,000 x 4 KiB leaves waited for that
+// (docs/benchmarks.md, 2026-12-04). Smaller manifests (fewer than ~8,000 leaves) leave
+// the reader to its slab.
+class ManifestBytes {
+ public:
+  static constexpr std::size_t spare_bytes = 2 * bounce_buffer_bytes;
+  explicit ManifestBytes(std::size_t n)
+      : size_(n),
+        spare_at_(n >= detail::HugePageAllocator<std::byte>::min_bytes ? round_to_page(n) : n),
+        capacity_(n >= detail::HugePageAllocator<std::byte>::min_bytes ? spare_at_ + spare_bytes : n),
+        data_(detail::HugePageAllocator<std::byte>{}.allocate(capacity_)) {}
+  ManifestBytes(const ManifestBytes&) = delete;
+  ManifestBytes& operator=(const ManifestBytes&) = delete;
+  ~ManifestBytes() { detail::HugePageAllocator<std::byte>{}.deallocate(data_, capacity_); }
+  std::span<std::byte> bytes() noexcept { return {data_, size_}; }
+  std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+  const std::byte* data() const noexcept { return data_; }
+  // Memory past the manifest, page-aligned, that no one else uses: lent to one Reader
+  // (which keeps this object alive while it does). Empty for a small manifest.
+  std::span<std::byte> spare() const noexcept { return {data_ + spare_at_, capacity_ - spare_at_}; }
+
+ private:
+  static std::size_t round_to_page(std::size_t n) {
+    constexpr std::size_t page = 4096;
+    if (n > std::numeric_limits<std::size_t>::max() - page - spare_bytes) throw std::bad_alloc();
+    return (n + page - 1) & ~(page - 1);
+  }
+  std::size_t size_, spare_at_, capacity_;
+  std::byte* data_;
+};
+
 class Reader final : public IndexReader {
  public:
-  Reader(const fs::path& dir, std::map<std::string, io::File> files) {
+  // manifest: the checkpoint's manifest, whose spare memory (if any) becomes the first
+  // bounce buffers.
+  Reader(const fs::path& dir, std::map<std::string, io::File> files, std::shared_ptr<const ManifestBytes> manifest = {}) {
     for (auto& [name, f] : files) files_.emplace(name, DataFile{std::move(f), dir / name});
+    if (manifest) {
+      const std::span<std::byte> spare = manifest->spare();
+      for (std::size_t at = 0; at + bounce_bytes <= spare.size() && bounces_.size() < slab_buffers; at += bounce_bytes)
+        bounces_.push_back(spare.data() + at);
+      lent_ = bounces_.size();
+      if (lent_ != 0) lent_from_ = std::move(manifest);
+    }
   }
 
   void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const override {
@@ -77,7 +132,7 @@ class Reader final : public IndexReader {
   // buffer the size of a core's L2 costs one copy from cache where there is no such toll.
   // The reader keeps its buffers (one a thread at most) for its life, so each restore
   // pays that toll on a few pages only.
-  static constexpr std::size_t bounce_bytes = std::size_t{256} << 10;
+  static constexpr std::size_t bounce_bytes = bounce_buffer_bytes;
   // What one pread brings in when the bytes are then verified (read and read_part): a
   // quarter of a core's L2 on the AMD EPYCs this project measures on (1 MiB, which
   // the kernel's copy also pulls the page cache's bytes through), so that xxh3 reads
@@ -162,6 +217,9 @@ class Reader final : public IndexReader {
       }
     }
   }
+
+  // How many bounce buffers the manifest lent (ManifestBytes::spare).
+  std::size_t lent_buffers() const noexcept { return lent_; }
 
   bool reads_ranges() const override { return true; }
   bool has_xxh3() const override { return true; }
@@ -324,10 +382,11 @@ class Reader final : public IndexReader {
   }
   std::map<std::string, DataFile, std::less<>> files_;
   // read_group's buffers: taken by a call, given back when it ends. The first ones are
-  // cut from one slab of 2 MiB (slab_buffers of them, as many as a restore's reader
-  // threads), on a huge page: each fresh 256 KiB buffer was 64 page faults, which a
-  // restore of many small leaves paid on every open (detail/huge_page_allocator.hpp).
-  // Callers beyond those get buffers of their own.
+  // lent by a large manifest (ManifestBytes::spare); the next are cut from one slab of
+  // 2 MiB (slab_buffers of them, as many as a restore's reader threads), on a huge
+  // page: each fresh 256 KiB buffer was 64 page faults, which a restore of many small
+  // leaves paid on every open (detail/huge_page_allocator.hpp). Callers beyond those
+  // get buffers of their own.
   static constexpr std::size_t slab_buffers = detail::huge_page_bytes / bounce_bytes;
   struct BounceBuffer {
     explicit BounceBuffer(const Reader& r) : reader(r) {
@@ -363,32 +422,15 @@ class Reader final : public IndexReader {
   mutable std::mutex bounce_mutex_;
   mutable Slab slab_;
   mutable std::vector<std::unique_ptr<std::byte[]>> own_bounces_;  // beyond the slab's
-  mutable std::vector<std::byte*> bounces_;                        // free ones, of either
+  mutable std::vector<std::byte*> bounces_;                        // free ones, of any
+  std::shared_ptr<const ManifestBytes> lent_from_;                 // owns the lent ones
+  std::size_t lent_ = 0;
 };
 
 inline bool detect(const fs::path& dir) {
   std::error_code ec;
   return fs::is_regular_file(dir / manifest_file, ec) || fs::is_regular_file(dir / commit_file, ec);
 }
-
-// A manifest's bytes, in memory of their own: from half a megabyte up on huge pages,
-// not zeroed before they are read (detail/huge_page_allocator.hpp). Read into a
-// std::vector, a 20,000-leaf manifest (2 MB) was zeroed first and then faulted in,
-// 512 fresh pages, in every process that restores once.
-class ManifestBytes {
- public:
-  explicit ManifestBytes(std::size_t n) : data_(detail::HugePageAllocator<std::byte>{}.allocate(n)), size_(n) {}
-  ManifestBytes(const ManifestBytes&) = delete;
-  ManifestBytes& operator=(const ManifestBytes&) = delete;
-  ~ManifestBytes() { detail::HugePageAllocator<std::byte>{}.deallocate(data_, size_); }
-  std::span<std::byte> bytes() noexcept { return {data_, size_}; }
-  std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
-  const std::byte* data() const noexcept { return data_; }
-
- private:
-  std::byte* data_;
-  std::size_t size_;
-};
 
 // The manifest of the native checkpoint under loc, read through the storage concept
 // after its commit record, and checked against that record. Errors name the checkpoint.
@@ -499,7 +541,7 @@ inline std::shared_ptr<const Index> open(const storage::Location& loc) {
   }
   std::shared_ptr<const IndexReader> reader;
   if (local) {
-    reader = std::make_shared<Reader>(*local / loc.prefix, open_data_files(*local, loc, sizes));
+    reader = std::make_shared<Reader>(*local / loc.prefix, open_data_files(*local, loc, sizes), manifest);
   } else {
     // The data objects' sizes, asked for all at once (one request each).
     std::vector<std::exception_ptr> errors(sizes.size());
