@@ -357,13 +357,16 @@ TEST_CASE("several data files are written in parallel and read back") {
 }
 
 TEST_CASE("a large manifest lends the reader its first bounce buffers: past its bytes, and each reader's own") {
-  // The memory past a manifest of huge-page size, page-aligned; none for a small one.
+  // The memory past a manifest of huge-page size, page-aligned, given once; none for a
+  // small one.
   {
     const ckpt::native_format::ManifestBytes small(1000), large(std::size_t{600} << 10);
-    CHECK(small.spare().empty());
-    REQUIRE(large.spare().size() >= 2 * ckpt::native_format::Reader::bounce_bytes);
-    CHECK(large.spare().data() >= large.bytes().data() + large.bytes().size());
-    CHECK(reinterpret_cast<std::uintptr_t>(large.spare().data()) % 4096 == 0);
+    CHECK(small.take_spare().empty());
+    const std::span<std::byte> spare = large.take_spare();
+    REQUIRE(spare.size() >= 2 * ckpt::native_format::Reader::bounce_bytes);
+    CHECK(spare.data() >= large.bytes().data() + large.bytes().size());
+    CHECK(reinterpret_cast<std::uintptr_t>(spare.data()) % 4096 == 0);
+    CHECK(large.take_spare().empty());
   }
   // 10,000 leaves of 4.4 KB read in runs through those buffers by two threads, every
   // tenth leaf inline in the manifest (whose last bytes lie just before the buffers):

@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -51,7 +53,7 @@ inline constexpr std::size_t bounce_buffer_bytes = std::size_t{256} << 10;
 // 512 fresh pages, in every process that restores once.
 //
 // Such a manifest also holds, past its end, room for two of the reader's bounce
-// buffers (spare(), lent by the Reader below). They mostly fall on the manifest's
+// buffers (take_spare(), lent to the Reader below). They mostly fall on the manifest's
 // last huge page, which reading the manifest has faulted in already; a slab of their
 // own was one more fresh huge page per restore, which the kernel zeroes before the
 // first read into it, and the restore of 20,000 x 4 KiB leaves waited for that
@@ -61,28 +63,41 @@ class ManifestBytes {
  public:
   static constexpr std::size_t spare_bytes = 2 * bounce_buffer_bytes;
   explicit ManifestBytes(std::size_t n)
-      : size_(n),
-        spare_at_(n >= detail::HugePageAllocator<std::byte>::min_bytes ? round_to_page(n) : n),
-        capacity_(n >= detail::HugePageAllocator<std::byte>::min_bytes ? spare_at_ + spare_bytes : n),
-        data_(detail::HugePageAllocator<std::byte>{}.allocate(capacity_)) {}
+      : size_(n), capacity_(with_spare(n)), data_(detail::HugePageAllocator<std::byte>{}.allocate(capacity_)) {
+    if (capacity_ == size_) return;
+    // Page-aligned by address: on huge pages the mapping is, elsewhere (a sanitizer's
+    // build) the heap's block need not be.
+    const auto end = reinterpret_cast<std::uintptr_t>(data_ + size_);
+    const std::size_t pad = static_cast<std::size_t>(((end + page - 1) & ~std::uintptr_t{page - 1}) - end);
+    spare_ = {data_ + size_ + pad, capacity_ - size_ - pad};
+  }
   ManifestBytes(const ManifestBytes&) = delete;
   ManifestBytes& operator=(const ManifestBytes&) = delete;
   ~ManifestBytes() { detail::HugePageAllocator<std::byte>{}.deallocate(data_, capacity_); }
   std::span<std::byte> bytes() noexcept { return {data_, size_}; }
   std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
   const std::byte* data() const noexcept { return data_; }
-  // Memory past the manifest, page-aligned, that no one else uses: lent to one Reader
-  // (which keeps this object alive while it does). Empty for a small manifest.
-  std::span<std::byte> spare() const noexcept { return {data_ + spare_at_, capacity_ - spare_at_}; }
+  // Memory past the manifest, page-aligned, at least spare_bytes, that no one else
+  // uses: given to the first caller only (a Reader, which keeps this object alive while
+  // it uses it); empty for any later caller and for a small manifest.
+  std::span<std::byte> take_spare() const noexcept {
+    if (spare_taken_.exchange(true, std::memory_order_relaxed)) return {};
+    return spare_;
+  }
 
  private:
-  static std::size_t round_to_page(std::size_t n) {
-    constexpr std::size_t page = 4096;
+  static constexpr std::size_t page = 4096;
+  // The bytes to allocate for a manifest of n: room for the spare and its alignment
+  // from half a megabyte up.
+  static std::size_t with_spare(std::size_t n) {
+    if (n < detail::HugePageAllocator<std::byte>::min_bytes) return n;
     if (n > std::numeric_limits<std::size_t>::max() - page - spare_bytes) throw std::bad_alloc();
-    return (n + page - 1) & ~(page - 1);
+    return n + page + spare_bytes;
   }
-  std::size_t size_, spare_at_, capacity_;
+  std::size_t size_, capacity_;
   std::byte* data_;
+  std::span<std::byte> spare_;
+  mutable std::atomic<bool> spare_taken_{false};
 };
 
 class Reader final : public IndexReader {
@@ -92,7 +107,7 @@ class Reader final : public IndexReader {
   Reader(const fs::path& dir, std::map<std::string, io::File> files, std::shared_ptr<const ManifestBytes> manifest = {}) {
     for (auto& [name, f] : files) files_.emplace(name, DataFile{std::move(f), dir / name});
     if (manifest) {
-      const std::span<std::byte> spare = manifest->spare();
+      const std::span<std::byte> spare = manifest->take_spare();
       for (std::size_t at = 0; at + bounce_bytes <= spare.size() && bounces_.size() < slab_buffers; at += bounce_bytes)
         bounces_.push_back(spare.data() + at);
       lent_ = bounces_.size();
@@ -218,7 +233,7 @@ class Reader final : public IndexReader {
     }
   }
 
-  // How many bounce buffers the manifest lent (ManifestBytes::spare).
+  // How many bounce buffers the manifest lent (ManifestBytes::take_spare).
   std::size_t lent_buffers() const noexcept { return lent_; }
 
   bool reads_ranges() const override { return true; }
@@ -382,7 +397,7 @@ class Reader final : public IndexReader {
   }
   std::map<std::string, DataFile, std::less<>> files_;
   // read_group's buffers: taken by a call, given back when it ends. The first ones are
-  // lent by a large manifest (ManifestBytes::spare); the next are cut from one slab of
+  // lent by a large manifest (ManifestBytes::take_spare); the next are cut from one slab of
   // 2 MiB (slab_buffers of them, as many as a restore's reader threads), on a huge
   // page: each fresh 256 KiB buffer was 64 page faults, which a restore of many small
   // leaves paid on every open (detail/huge_page_allocator.hpp). Callers beyond those
