@@ -36,6 +36,11 @@
 namespace ckpt::native_format {
 
 inline constexpr std::size_t record_bytes = 40;
+// Where each field lies in a record (the layout above), for the writer and the reader.
+namespace record_at {
+inline constexpr std::size_t offset = 0, length = 8, checksum = 16, file = 24, dtype = 28, dims_at = 32, rank = 36;
+static_assert(rank + 4 == record_bytes);
+}  // namespace record_at
 inline constexpr std::uint32_t record_inline = 0xffffffffu;
 inline constexpr std::size_t records_from = 1024;
 
@@ -107,13 +112,14 @@ struct RecordTables {
     for (const IndexEntry& e : entries) {
       if (!fits_record(e)) continue;
       char r[record_bytes];
-      detail_records::store(r, e.file.empty() ? inline_at : e.offset, 8);
-      detail_records::store(r + 8, e.length, 8);
-      detail_records::store(r + 16, e.checksum, 8);
-      detail_records::store(r + 24, e.file.empty() ? record_inline : file_number(e.file, last_file), 4);
-      detail_records::store(r + 28, static_cast<std::uint64_t>(std::find(dtypes.begin(), dtypes.end(), e.type) - dtypes.begin()), 4);
-      detail_records::store(r + 32, dims_at, 4);
-      detail_records::store(r + 36, e.shape.size(), 4);
+      detail_records::store(r + record_at::offset, e.file.empty() ? inline_at : e.offset, 8);
+      detail_records::store(r + record_at::length, e.length, 8);
+      detail_records::store(r + record_at::checksum, e.checksum, 8);
+      detail_records::store(r + record_at::file, e.file.empty() ? record_inline : file_number(e.file, last_file), 4);
+      detail_records::store(r + record_at::dtype,
+                            static_cast<std::uint64_t>(std::find(dtypes.begin(), dtypes.end(), e.type) - dtypes.begin()), 4);
+      detail_records::store(r + record_at::dims_at, dims_at, 4);
+      detail_records::store(r + record_at::rank, e.shape.size(), 4);
       out.write(r, record_bytes);
       dims_at += e.shape.size();
       inline_at += e.file.empty() ? e.length : 0;
@@ -179,11 +185,12 @@ struct LeafRecords {
     using detail_records::load_u64;
     if (next >= count()) return "more leaves are written as paths than there are records (" + std::to_string(count()) + ")";
     const unsigned char* p = records.data() + next++ * record_bytes;
-    r.offset = load_u64(p);
-    r.length = load_u64(p + 8);
-    r.checksum = load_u64(p + 16);
-    r.file = load_u32(p + 24);
-    const std::uint32_t d = load_u32(p + 28), dims_at = load_u32(p + 32), rank = load_u32(p + 36);
+    r.offset = load_u64(p + record_at::offset);
+    r.length = load_u64(p + record_at::length);
+    r.checksum = load_u64(p + record_at::checksum);
+    r.file = load_u32(p + record_at::file);
+    const std::uint32_t d = load_u32(p + record_at::dtype), dims_at = load_u32(p + record_at::dims_at),
+                        rank = load_u32(p + record_at::rank);
     if (d >= dtypes.size()) return "dtype number " + std::to_string(d) + " is not one of the " + std::to_string(dtypes.size()) + " recorded";
     r.type = dtypes[d].first;
     r.dtype_name = dtypes[d].second;
