@@ -2,8 +2,8 @@
 //
 // The leaves are not read into memory first: each becomes a LeafStream that the
 // writer pulls piece by piece, so that converting a checkpoint larger than memory,
-// or a single leaf larger than SaveOptions::max_memory, holds a buffer, not the leaf
-// (issue 11). The bytes are verified as they pass; a leaf that turns out corrupt
+// or a single leaf larger than SaveOptions::max_memory, holds a buffer, not the leaf.
+// The bytes are verified as they pass; a leaf that turns out corrupt
 // fails the conversion, and no checkpoint appears at dst.
 //
 // Where the source format reads only whole leaves (zarr chunks of t5x and Orbax,

@@ -50,7 +50,7 @@ struct IndexEntry {
   // processes): shape and length are the whole array's, the bytes are the boxes'.
   // Out of line (detail/out_of_line.hpp) here and below: most leaves have neither.
   detail::OutOfLineVector<IndexBox> boxes;  // (no initializer: IndexBox is incomplete here)
-  // Native format v2 (issue 11): the xxh3 of each chunk_bytes-long piece of a leaf
+  // Native format v2: the xxh3 of each chunk_bytes-long piece of a leaf
   // longer than one chunk, so that parts of one leaf are read and verified by several
   // threads; checksum is then the xxh3 of these (as little-endian u64s). Else empty.
   std::uint64_t chunk_bytes = 0;
@@ -149,7 +149,7 @@ class IndexReader {
   // files: a restore's one stream through files that are not in the page cache
   // (exec::ReadQueue). A reader whose leaves lie back to back overrides it to read
   // neighbours with one call: the kernel then issues larger requests (the native
-  // format: a cold file read in 64 MiB calls took 0.9x the time of 4-16 MiB calls).
+  // format: a cold file is read faster in 64 MiB calls than in 4-16 MiB ones).
   virtual void read_in_file_order(const Index& index, std::span<const PieceRead> pieces) const {
     for (const PieceRead& p : pieces) read_range(index, *p.entry, p.at, p.dst);
   }
@@ -178,7 +178,7 @@ class IndexReader {
     (void)index, (void)e, (void)origin, (void)shape, (void)dst;
     return false;
   }
-  // Whether read_part works for e: the format records per-chunk checksums (issue 11).
+  // Whether read_part works for e: the format records per-chunk checksums.
   virtual bool reads_parts(const IndexEntry&) const { return false; }
   // Reads bytes [offset, offset + dst.size()) of the leaf (offset on a chunk boundary,
   // the end on one or at the leaf's end), verifying those chunks when asked.

@@ -32,7 +32,7 @@ void restore_from_index(std::shared_ptr<const Index> index, T& target, const Res
   Path path = subtree_path(*index, opts);
   exec::ReadQueue reads;
   reads.reserve(index->entries().size());
-  if (opts.progress) reads.set_progress(opts.progress, index->checkpoint());  // issue 11
+  if (opts.progress) reads.set_progress(opts.progress, index->checkpoint());
   IndexFill ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only, &reads, opts.max_memory},
                   opts.allow_missing);
   fill_from_index(target, path, ctx);  // sizes the target and queues the reads

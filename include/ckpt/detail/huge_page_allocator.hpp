@@ -3,11 +3,10 @@
 // A restore of 20,000 leaves builds a few arrays of a megabyte or more (the index's
 // entries, the read queue's list), touches every page of them once and frees them.
 // That memory is fresh in a process that restores once, at start-up, and each fresh
-// 4 KiB page costs a fault: about 0.25 us on bare metal, and 13-27 us on this project's
-// VM, where the hypervisor backs each page (20,000 entries, 3.4 MB: 830 faults, about
-// half the time of the restore). On a 2 MiB transparent huge page the same memory costs
-// one fault per 2 MiB: touching 8 MB here took 26 ms on 4 KiB pages and 0.5 ms on huge
-// pages (docs/benchmarks.md).
+// 4 KiB page costs a fault, which on a VM, where the hypervisor backs each page, costs
+// many times what it does on bare metal (for 20,000 entries, faults were about half the
+// time of the restore). On a 2 MiB transparent huge page the same memory costs one
+// fault per 2 MiB.
 //
 // So an array of min_bytes or more is mapped on its own, 2 MiB-aligned, rounded up to
 // 2 MiB, and marked MADV_HUGEPAGE, which the kernel honours when transparent huge pages

@@ -4,8 +4,8 @@
 // small leaves holds 20,000 of each; their size is memory every save and restore
 // touches. Boxes, chunk checksums and a Sharded leaf's place are there for a few leaves
 // only: held out of line they take 8 bytes where a std::vector took 24 and a
-// std::optional<LeafBox> 56. (On this project's Firecracker VM each fresh 4 KiB page
-// costs ~14 us, and 48 bytes less per entry was ~1 MB less of them for 20,000 leaves.)
+// std::optional<LeafBox> 56. (On a VM each fresh 4 KiB page costs a slow fault, and 48
+// bytes less per entry is about 1 MB less of them for 20,000 leaves.)
 //
 // Both copy deeply, like the std::vector / std::optional they stand in for, and offer
 // the part of their interface ckpt uses.

@@ -52,8 +52,8 @@ class ReadQueue final : public DeferredReads {
       small_.back().reads.push_back({&e, dst, verify});
       return;
     }
-    // A large leaf whose format checksums chunks is read as parts, on several threads
-    // (issue 11); the last part counts the leaf as done.
+    // A large leaf whose format checksums chunks is read as parts, on several threads;
+    // the last part counts the leaf as done.
     if (dst.size() == e.length && e.chunk_bytes && dst.size() >= 2 * min_part_bytes && index.reads_parts(e)) {
       const std::size_t part = part_size(dst.size(), e.chunk_bytes);
       for (std::size_t at = 0; at < dst.size(); at += part) {
@@ -67,8 +67,7 @@ class ReadQueue final : public DeferredReads {
   // Parts of one leaf read by one job: the leaf split evenly over the threads, each
   // part a whole number of checksum chunks between these bounds. Parts are long
   // because the kernel's readahead follows each thread's run of reads: a cold restore
-  // of one 376 MB leaf on two threads read at 0.70-0.75x a plain read() in 32 MiB
-  // parts, 0.81-0.87x in 64 MiB parts and 0.87-0.91x in halves (docs/benchmarks.md).
+  // of one large leaf on two threads came closer to a plain read() the longer its parts.
   // The upper bound keeps progress reports and cancellation within a part's time.
   static constexpr std::uint64_t min_part_bytes = std::uint64_t{8} << 20;
   static constexpr std::uint64_t max_part_bytes = std::uint64_t{256} << 20;
@@ -102,7 +101,7 @@ class ReadQueue final : public DeferredReads {
   bool streamed() const noexcept { return streamed_; }
   // Below this fraction of their pages cached, a restore's files are read as one stream.
   static constexpr double stream_below_cached = 0.5;
-  // Reports the reads' progress to fn (issue 11); the checkpoint names a cancellation.
+  // Reports the reads' progress to fn; the checkpoint names a cancellation.
   void set_progress(ProgressFn fn, std::string checkpoint) {
     progress_fn_ = std::move(fn);
     progress_checkpoint_ = std::move(checkpoint);
@@ -184,9 +183,8 @@ CKPT_API void ReadQueue::run() {
   std::optional<ProgressTracker> progress;
   if (progress_fn_) progress.emplace(progress_fn_, bytes_, leaves_, progress_checkpoint_);
   // Files mostly not in the page cache are read as one sequential stream, verified on a
-  // second thread behind it, instead of by several threads each reading a part: with
-  // two threads reading parts of a freshly written, uncached 376 MB checkpoint, a
-  // restore took 0.16-0.22 s where one stream took 0.08-0.10 s (docs/benchmarks.md).
+  // second thread behind it, instead of by several threads each reading a part: two
+  // threads reading parts of an uncached checkpoint took about twice one stream's time.
   // Only for readers whose checksums are xxh3 (verified from memory here), and leaves
   // stored whole (a boxed leaf's read verifies its boxes as it goes).
   const Index* only = jobs_.empty() ? nullptr : jobs_[0].index;
@@ -241,8 +239,8 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
   const std::size_t stopped = jobs_.size() + 1;
   std::atomic<bool> stop{false};  // set when a leaf fails verification (or progress cancels)
   // The next job to verify, claimed by the verifier and, once it has read everything,
-  // by the reader too: on two cores the verifier fell 60-80 MB behind the reader of a
-  // cold checkpoint, which then waited 3-4 ms alone for it after its last read.
+  // by the reader too: on two cores the verifier fell behind the reader of a cold
+  // checkpoint, which then waited alone for it after its last read.
   std::atomic<std::size_t> claim{0};
   std::exception_ptr read_error, verify_error;
   std::size_t verify_error_job = jobs_.size();
@@ -423,8 +421,7 @@ CKPT_API void ReadQueue::group_small_leaves() {
     // model's biases and norms between its weight matrices) were one group spanning
     // the whole file, which a cold restore's stream read at the first one's place,
     // a hundred scattered reads from disk before its sequential pass (bench_restore's
-    // GPT-2 layout, cold: 0.63-0.70x a plain read so, 0.80-0.82x with neighbours only;
-    // warm 0.73-0.77x and 0.90-0.94x: docs/benchmarks.md, 2026-12-03).
+    // GPT-2 layout, cold and warm, is measurably slower that way).
     auto& reads = s.reads;
     in_file_order(reads);
     for (std::size_t i = 0; i < reads.size();) {

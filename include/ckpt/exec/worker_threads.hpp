@@ -5,10 +5,8 @@
 // virtual machines it often does not (likely because an idle vCPU the host has
 // descheduled looks preempted rather than idle). The new thread then waits for its
 // creator to sleep or for the scheduler's tick, and the work it was made for runs on one
-// CPU. On the 2-vCPU VM this project measures on, two threads each given 4.5 ms of work
-// finished together in 4.7-5.0 ms in 5 of 12 runs and in 7.4-9.6 ms in the other 7; an
-// 82 MB restore took 4.0-4.9 or 7.7-8.8 ms by the same toss (docs/benchmarks.md,
-// 2026-12-03, later).
+// CPU. On a 2-vCPU VM, two threads each given the same work often finished in twice the
+// time of one, and a restore's helper threads by the same toss.
 //
 // So each thread is placed on one of the process's other CPUs as it is created (the k-th
 // thread on the k-th CPU after the creator's, round the process's CPU set), before it

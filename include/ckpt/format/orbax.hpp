@@ -367,8 +367,9 @@ inline void merge_process_databases(const fs::path& item, int processes, const s
 // C and Level: the chunks' compressor (zstd level 1, as Orbax). MinSavingPercent: a chunk
 // that compressing shrinks by less than this is written as a zstd frame of stored
 // blocks, which Orbax reads like any other but which decodes at memcpy speed (float32
-// weights and Adam moments save 7-11% under zstd and then decode at ~1.4 GB/s a core;
-// bfloat16 saves ~22% and stays compressed). 0 compresses every chunk, as Orbax does.
+// weights and Adam moments save only 7-11% under zstd, and decoding them would cost a
+// restore several times its time; bfloat16 saves ~22% and stays compressed). 0
+// compresses every chunk, as Orbax does.
 template <io::codec C = io::codec::zstd, int Level = 1, orbax_layout Layout = orbax_layout::ocdbt,
           int MinSavingPercent = 12>
 struct basic_orbax {

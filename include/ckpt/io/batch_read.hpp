@@ -1,10 +1,10 @@
 // ckpt/io/batch_read.hpp — many small reads at scattered offsets of one file, in a few
 // system calls: a column strip of a row-split box is one short range per row.
 //
-// One pread per range costs a system call each, about 1.7 µs on this project's VM: a
-// strip of 2 KiB per row of a 128 MiB box took 55 ms where reading the whole box took
-// 8.5 ms. Submitted to an io_uring 256 at a time, the same 32,768 reads took 16.7 ms
-// (reads of cached pages complete inline, in the submitting call). io_uring needs Linux
+// One pread per range costs a system call each: a strip of 2 KiB per row of a box took
+// several times as long as reading the whole box. Submitted to an io_uring 256 at a
+// time, the same reads take a fraction of that (reads of cached pages complete inline,
+// in the submitting call). io_uring needs Linux
 // 5.6+ and may be refused (seccomp in containers, kernel.io_uring_disabled): then, and
 // on other systems, each range is read with pread_exact, as before. CKPT_IO_URING=0 in
 // the environment asks for pread only (Linux's rchar, in /proc/<pid>/io, counts the

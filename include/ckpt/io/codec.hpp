@@ -171,8 +171,8 @@ inline std::vector<std::byte> compress(codec c, int level, std::span<const std::
 // Compresses src, unless that saves less than min_saving_percent of its bytes: then, for
 // zstd, a frame of stored blocks (zstd's fastest level finds nothing in such data and
 // keeps its bytes as they are), which any zstd decoder reads at the speed of a memcpy
-// where a compressed chunk of float weights decodes at ~1.4 GB/s a core, 7-11% smaller
-// (docs/interop.md, "Compression that pays"). Other codecs, or 0: always compressed.
+// where a compressed chunk of float weights, only 7-11% smaller, decodes several times
+// slower (docs/interop.md, "Compression that pays"). Other codecs, or 0: always compressed.
 inline std::vector<std::byte> compress_if_it_pays(codec c, int level, int min_saving_percent,
                                                   std::span<const std::byte> src, const blosc_params& bp = {}) {
   std::vector<std::byte> out = compress(c, level, src, bp);

@@ -152,8 +152,7 @@ inline void start_writeback(const File& f, std::uint64_t offset, std::uint64_t l
 // report). Data files written at once by several threads, each starting writeback as
 // it goes, were otherwise given blocks in turns, 32 MiB of one file then of the other
 // (ext4: 9-14 extents for each of two 188 MB files, 2-3 with the reservation), and a
-// cold restore read them back more slowly: 0.77-0.95x a plain read, 0.87-1.01x with
-// it (docs/benchmarks.md, 2026-12-02, seventh). The file's size is not changed
+// cold restore read them back more slowly than with it. The file's size is not changed
 // (FALLOC_FL_KEEP_SIZE): appends grow it as before.
 inline void preallocate(const File& f, std::uint64_t length) noexcept {
 #if defined(FALLOC_FL_KEEP_SIZE)

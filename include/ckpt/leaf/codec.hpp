@@ -255,7 +255,7 @@ CKPT_API void LeafSource::read_as(dtype target, std::span<std::byte> dst) const 
   expect_castable(target);
   const std::size_t n = dst.size() / dtype_size(target);
   if (byte_length() != n * dtype_size(type())) fail_shape(shape());
-  // Converted piece by piece (issue 11): a cast never needs a copy of the whole leaf,
+  // Converted piece by piece: a cast never needs a copy of the whole leaf,
   // and under a memory budget the pieces fit it. Pieces are whole elements (a MiB
   // holds a whole number of every fixed-size dtype).
   const std::size_t from = dtype_size(type()), to = dtype_size(target);

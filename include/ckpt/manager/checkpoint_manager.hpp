@@ -382,7 +382,7 @@ class CheckpointManager {
     try {
       SaveOptions opts = options_.save_options;
       opts.force = job.force;
-      // Items and metadata go in last, with the figures of the write so far (issue 11).
+      // Items and metadata go in last, with the figures of the write so far.
       auto before_commit = [&](const std::filesystem::path& staging) {
         detail::manager::write_items<format_type>(staging, job.items, opts);
         job.stats.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

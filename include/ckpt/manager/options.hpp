@@ -71,7 +71,7 @@ struct ManagerOptions {
   // keep_dataset_checkpoints). Unset: never removed.
   std::optional<int> keep_dataset_checkpoints{};
   std::string dataset_item = "dataset";
-  // ---- issue 11: incremental saves and save figures (docs/manager.md) ----
+  // ---- incremental saves and save figures (docs/manager.md) ----
   // Native format only: a large leaf whose bytes did not change since the latest step
   // is hard-linked from it instead of written again (manager/incremental.hpp). Every
   // step stays a whole checkpoint. Off by default: it hashes every large leaf first.

@@ -39,7 +39,7 @@ struct StepMetadata {
   Metrics metrics{};
   nlohmann::json custom_metadata{};  // null when none was given
   std::map<std::string, std::string> items{};
-  nlohmann::json save_stats{};  // SaveStats::to_json() (issue 11); null when absent
+  nlohmann::json save_stats{};  // SaveStats::to_json(); null when absent
 
   std::chrono::system_clock::time_point init_time() const {
     return std::chrono::system_clock::time_point(

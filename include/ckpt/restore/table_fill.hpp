@@ -2,9 +2,8 @@
 // an Index: the interface restore and restore_into see.
 //
 // Opening a checkpoint as an Index makes an IndexEntry per leaf, with its Path and its
-// Shape on the heap. For 20,000 leaves of 4 KiB that cost 0.4x the time of reading
-// their bytes, and the Index's lookups and read queue 0.3x more (docs/benchmarks.md,
-// 2026-12-03). A restore into a typed target of a native checkpoint in a local
+// Shape on the heap. For 20,000 leaves of 4 KiB that cost a large part of the time of
+// reading their bytes, and the Index's lookups and read queue more. A restore into a typed target of a native checkpoint in a local
 // directory fills it from the format's leaf table instead (format/native/leaf_table.hpp):
 // flat records whose paths and shapes are views into the manifest, matched in place as
 // the target is walked. The table answers the fill's questions (a FillContext) and runs

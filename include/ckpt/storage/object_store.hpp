@@ -84,7 +84,7 @@ inline void upload_tree(const std::filesystem::path& dir, const Location& loc) {
 
 inline bool is_committed(const Location& loc) { return loc.storage->size(loc.key(commit_marker)).has_value(); }
 
-// --- every other format on objects (issue 12) ---------------------------------------
+// --- every other format on objects --------------------------------------------------
 // Written by the format's own writer into a local scratch directory and uploaded file
 // by file; opened by downloading the checkpoint's objects into a scratch directory that
 // the Index keeps while it lives, then detected as a local directory is. Whole-checkpoint

@@ -1,7 +1,7 @@
 // ckpt/format/native/leaf_records.hpp — format version 3's fixed-size leaf records.
 //
 // Opening a 20,000-leaf checkpoint spent most of its time decoding each leaf's msgpack
-// map: eight keys and their values, about 100 ns a leaf. From format version 3, a leaf
+// map: eight keys and their values. From format version 3, a leaf
 // stored whole and raw (in a data file, or inline in the manifest) keeps only its path
 // in "leaves", as a msgpack array of its segments, and the rest of it is a record of 40
 // bytes in the root's "records" binary, which a reader checks where it lies:

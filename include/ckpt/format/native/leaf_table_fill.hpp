@@ -169,7 +169,7 @@ CKPT_API void NativeTableFill::defer(std::uint32_t leaf, std::span<std::byte> ds
   if (!reader_ && queued_bytes_ >= early_read_bytes && std::thread::hardware_concurrency() > 1) {
     // Files mostly not in the page cache are read as one stream, verified behind it:
     // ReadQueue does that, through an Index. The reader thread asks (sampling the page
-    // cache took 0.15 ms of a 20,000-leaf restore, which waited for it here), and reads
+    // cache is a measurable part of a small-leaf restore, which waited for it here), and reads
     // nothing unless they are cached; the walk goes on meanwhile and stops at the answer.
     reader_.emplace();
     reader_->start([this] {
@@ -254,8 +254,8 @@ CKPT_API void NativeTableFill::finish() {
   // A checkpoint with leaves of the side index (a model's weight matrices, with chunk
   // checksums) that is mostly not in the page cache: ReadQueue reads it as one stream
   // in file order, the small leaves between the matrices where they lie. Read apart
-  // from that stream, they cost a disk request each (a cold GPT-2 layout restore fell
-  // from 0.85x to 0.8x a plain read). Asked here unless the reader thread asked already.
+  // from that stream, they cost a disk request each (a cold GPT-2 layout restore is
+  // measurably slower). Asked here unless the reader thread asked already.
   if (!reader_ && !side_->entries().empty() && walk_queued_ > 0 && std::thread::hardware_concurrency() > 1 &&
       table_->reader().cached_fraction() < exec::ReadQueue::stream_below_cached)
     throw detail::NeedsIndex{};

@@ -5,12 +5,12 @@
 //   schema [[path, dtype, rank]...],
 //   leaves [{path: [segments], dtype, shape, file (nil: inline), offset, length,
 //            codec "raw", xxh3, inline (bin, only when file is nil)}...]
-// format_version 2 (issue 11) adds, to leaves longer than one chunk:
+// format_version 2 adds, to leaves longer than one chunk:
 //   chunk_bytes (1 MiB), chunk_xxh3 (bin: the xxh3 of each chunk, little-endian u64s),
 // and their xxh3 is then the xxh3 of chunk_xxh3's bytes; chunks are read and verified by
 // several threads. A manifest with no such leaf is still written as version 1, which
 // older readers read; version 1 checkpoints read as before.
-// format_version 3 (issue 11) writes each leaf stored whole and raw as its path alone
+// format_version 3 writes each leaf stored whole and raw as its path alone
 // in "leaves" and a fixed-size record in the root's "records" (leaf_records.hpp), when
 // there are at least records_from such leaves.
 // commit: text written last, holding the manifest's size and xxh3, so a torn or
@@ -210,7 +210,7 @@ struct CommitRecord {
 // Writes the manifest to out (the caller closes it) as it is packed, through a 256 KiB
 // buffer, hashing it on the way, and returns what the commit marker records of it. What
 // the writers use: a 20,000-leaf manifest is 2 MB, which a save would otherwise allocate
-// and fill whole, fresh memory every save (on this VM ~14 us a page: ~7 ms a save).
+// and fill whole, fresh memory every save (a fault per page, slow on a VM).
 inline CommitRecord write_manifest(storage::ObjectWriter& out, const IndexInfo& info,
                                    std::span<const IndexEntry> entries) {
   constexpr std::size_t capacity = std::size_t{256} << 10;

@@ -56,8 +56,8 @@ inline constexpr std::size_t bounce_buffer_bytes = std::size_t{256} << 10;
 // buffers (take_spare(), lent to the Reader below). They mostly fall on the manifest's
 // last huge page, which reading the manifest has faulted in already; a slab of their
 // own was one more fresh huge page per restore, which the kernel zeroes before the
-// first read into it, and the restore of 20,000 x 4 KiB leaves waited for that
-// (docs/benchmarks.md, 2026-12-04). Smaller manifests (fewer than ~8,000 leaves) leave
+// first read into it, and the restore of 20,000 x 4 KiB leaves waited for that.
+// Smaller manifests (fewer than ~8,000 leaves) leave
 // the reader to its slab.
 class ManifestBytes {
  public:
@@ -121,7 +121,7 @@ class Reader final : public IndexReader {
       if (verify && io::xxh3(dst) != e.checksum) fail_checksum(index, e);
       return;
     }
-    if (!e.chunk_xxh3.empty()) return read_part(index, e, 0, dst, verify);  // version 2 (issue 11)
+    if (!e.chunk_xxh3.empty()) return read_part(index, e, 0, dst, verify);  // version 2
     const DataFile& df = files_.at(e.file);
     constexpr std::size_t piece = std::size_t{1} << 20;
     io::Xxh3Stream hash;
@@ -141,23 +141,21 @@ class Reader final : public IndexReader {
   //
   // Why a copy through a buffer, not a preadv straight into the targets: on this
   // project's VMs, the kernel's first write into a page the program has touched but the
-  // kernel has not costs about 7 us (the hypervisor's, not a fault the guest counts),
-  // so a preadv into 20,000 freshly allocated 4 KiB vectors took 140 ms where reading
-  // into a reused buffer and copying took 13 ms (docs/benchmarks.md, 2026-12-02). A
-  // buffer the size of a core's L2 costs one copy from cache where there is no such toll.
+  // kernel has not is slow (the hypervisor's toll, not a fault the guest counts), so a
+  // preadv into 20,000 freshly allocated 4 KiB vectors took about ten times as long as
+  // reading into a reused buffer and copying. A buffer the size of a core's L2 costs one copy from cache where there is no such toll.
   // The reader keeps its buffers (one a thread at most) for its life, so each restore
   // pays that toll on a few pages only.
   static constexpr std::size_t bounce_bytes = bounce_buffer_bytes;
   // What one pread brings in when the bytes are then verified (read and read_part): a
   // quarter of a core's L2 on the AMD EPYCs this project measures on (1 MiB, which
   // the kernel's copy also pulls the page cache's bytes through), so that xxh3 reads
-  // them from L2. A warm restore of 376 MB on two threads took 20 ms in 256 KiB reads
-  // and 22 ms in 1 MiB reads (a checksum chunk), against 22 ms for one plain read()
-  // (docs/benchmarks.md, 2026-12-03).
+  // them from L2: a warm restore is faster in 256 KiB reads than in 1 MiB ones (a
+  // checksum chunk), and as fast as one plain read().
   // But only from the page cache: bytes that must come from the disk are read in one
   // request, the rest of the checksum chunk, as a disk with little readahead prefers
-  // (one thread reading a cold 376 MB checkpoint, read_ahead_kb 128: 120-122 ms in
-  // 256 KiB pieces, 108 ms in 1 MiB ones). Each piece is first asked of the cache
+  // (with read_ahead_kb 128, a cold checkpoint is read about a tenth faster in 1 MiB
+  // pieces than in 256 KiB ones). Each piece is first asked of the cache
   // alone (io::pread_cached), which never waits for the disk.
   static constexpr std::size_t verified_read_bytes = std::size_t{256} << 10;
   void read_group(const Index& index, std::span<const LeafRead> reads) const override {
@@ -322,7 +320,7 @@ class Reader final : public IndexReader {
     }
   }
 
-  // ---- format version 2 (issue 11): parts of a leaf, each chunk verified on its own ----
+  // ---- format version 2: parts of a leaf, each chunk verified on its own ----
   bool reads_parts(const IndexEntry& e) const override { return !e.file.empty() && !e.chunk_xxh3.empty(); }
 
   void read_part(const Index& index, const IndexEntry& e, std::uint64_t offset, std::span<std::byte> dst,
@@ -333,9 +331,8 @@ class Reader final : public IndexReader {
       throw Error(index.checkpoint(), e.path.str(), "a part read not on chunk boundaries");
     const DataFile& df = files_.at(e.file);
     // No posix_fadvise(WILLNEED) here, though several threads read parts of one file:
-    // with it (Linux 6.18, ext4), cold restores ran at 0.4x a plain read() and every
-    // later warm restore of the same pages at 0.64x, against 0.8-0.9x and 0.95-1.1x
-    // without it (docs/benchmarks.md). The likely cause is that WILLNEED fills the
+    // with it (Linux 6.18, ext4), cold restores and every later warm restore of the same
+    // pages were much slower than without it. The likely cause is that WILLNEED fills the
     // cache in small pages where the kernel's own readahead, which follows each
     // thread's sequential part, allocates large folios.
     // A chunk per pread when verifying (each hashed while it is in cache); unverified

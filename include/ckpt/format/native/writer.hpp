@@ -166,7 +166,7 @@ inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, In
           chunks.push_back(io::xxh3(part.subspan(c, std::min(write_piece, part.size() - c))));
         out.append(std::span<const std::byte>(part), false);
         done += part.size();
-        if (progress) progress->add(part.size(), 0);  // progress (issue 11)
+        if (progress) progress->add(part.size(), 0);
       }
       if (chunks.size() <= 1) {  // one chunk: format v1's whole-leaf checksum, as for a leaf in memory
         entries[i].checksum = chunks.empty() ? io::xxh3({}) : chunks[0];
@@ -177,16 +177,16 @@ inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, In
       }
       const std::size_t pad = static_cast<std::size_t>((alignment - length % alignment) % alignment);
       if (pad) add(zero_page(), pad);
-      if (progress) progress->add(0, 1);  // progress (issue 11)
+      if (progress) progress->add(0, 1);
       continue;
     }
     const auto bytes = data.view;
     if (bytes.size() <= write_piece) {
       entries[i].checksum = io::xxh3(bytes);
       add(bytes.data(), bytes.size());
-      if (progress) progress->add(bytes.size(), 0);  // progress (issue 11)
+      if (progress) progress->add(bytes.size(), 0);
     } else {
-      // Format version 2 (issue 11): one checksum per chunk (= piece), so that a reader
+      // Format version 2: one checksum per chunk (= piece), so that a reader
       // verifies parts of the leaf on several threads; the leaf's is theirs hashed.
       static_assert(write_piece == checksum_chunk_bytes);
       std::vector<std::uint64_t> chunks;
@@ -195,7 +195,7 @@ inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, In
         const auto part = bytes.subspan(done, std::min(write_piece, bytes.size() - done));
         chunks.push_back(io::xxh3(part));
         add(part.data(), part.size());
-        if (progress) progress->add(part.size(), 0);  // progress (issue 11)
+        if (progress) progress->add(part.size(), 0);
       }
       entries[i].checksum = chunk_list_xxh3(chunks);
       entries[i].chunk_bytes = checksum_chunk_bytes;
@@ -203,7 +203,7 @@ inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, In
     }
     const std::size_t pad = static_cast<std::size_t>((alignment - bytes.size() % alignment) % alignment);
     if (pad) add(zero_page(), pad);
-    if (progress) progress->add(0, 1);  // progress (issue 11)
+    if (progress) progress->add(0, 1);
   }
   flush();
 }
@@ -224,7 +224,7 @@ namespace ckpt::native_format {
 // Writes the checkpoint under loc (an empty staging directory, or an object-store
 // prefix with nothing under it); the caller publishes it.
 inline void write(const Snapshot& snap, const storage::Location& loc, const SaveOptions& opt) {
-  exec::ProgressTracker progress(opt.progress, snap.total_bytes(), snap.leaves.size(), loc.url);  // issue 11
+  exec::ProgressTracker progress(opt.progress, snap.total_bytes(), snap.leaves.size(), loc.url);
   auto plan = detail::native::plan_entries(snap, opt);
   IndexEntries& entries = plan.entries;
   const std::vector<std::size_t>& large = plan.large;
@@ -266,7 +266,7 @@ inline void write(const Snapshot& snap, const storage::Location& loc, const Save
   }
 
   detail::native::box_sharded_entries(loc.url, snap, entries, &tiles);  // Sharded leaves
-  progress.check();  // issue 11: a cancel seen by another thread stops the commit
+  progress.check();  // a cancel seen by another thread stops the commit
   IndexInfo info;
   info.type_name = snap.type_name;
   info.schema = snap.schema;
@@ -276,7 +276,7 @@ inline void write(const Snapshot& snap, const storage::Location& loc, const Save
   manifest->close();
   const std::string commit = encode_commit(record);
   loc.storage->put(loc.key(commit_file), std::as_bytes(std::span(commit)));
-  progress.finish();  // issue 11
+  progress.finish();
 }
 
 // Writes the checkpoint into `dir` (an empty staging directory); the caller renames it
