@@ -5,7 +5,8 @@
 //    {"dtype": "F32", "shape": [4, 8], "data_offsets": [0, 128]}, ...}
 // with offsets relative to the first byte after the header. Tree paths are tensor names
 // split at '.' as Hugging Face names them (a name that is also a prefix, `a` beside
-// `a.b`, at a.@value: format/interop/flat_names.hpp), written back to the same names. A model too large for one file is split
+// `a.b`, at a.@value: format/interop/flat_names.hpp), written back to the same names.
+// A model too large for one file is split
 // into `model-00001-of-00003.safetensors`... and `model.safetensors.index.json`
 // ({"metadata": {"total_size": n}, "weight_map": {name: file}}), as transformers does.
 //

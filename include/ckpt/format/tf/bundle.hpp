@@ -6,8 +6,8 @@
 // entry's offset. tf.train.load_checkpoint takes a prefix or a directory whose
 // `checkpoint` state file names the latest prefix; so does this reader.
 // Paths are the variable names split at '/' (format/interop/flat_names.hpp: a variable
-// that is also a scope, as TF1's optimizer slots make `w` of `w/Adam`, is at w.@value). Each leaf's masked crc32c is verified when
-// it is read (restore's verify_checksums). Strings are TensorFlow's string encoding
+// that is also a scope, as TF1's optimizer slots make `w` of `w/Adam`, is at w.@value).
+// Each leaf's masked crc32c is verified when it is read (restore's verify_checksums). Strings are TensorFlow's string encoding
 // (varint lengths, a masked crc of the lengths, the bytes): a scalar one becomes a
 // string leaf, a tensor of shape [n, m] the leaves name/0/0 ... name/(n-1)/(m-1) (what a
 // std::vector<std::vector<std::string>> restores from); they are read when opening, to
