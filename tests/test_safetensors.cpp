@@ -120,6 +120,47 @@ for k in sorted(out):
     print(k, t, list(a.shape), a.reshape(-1).tolist()[:4])
 )";
 
+// A safetensors file of float32 tensors, written by hand in the given order.
+void write_floats(const fs::path& p, const std::vector<std::pair<std::string, std::vector<float>>>& tensors) {
+  json h = json::object();
+  std::string data;
+  for (const auto& [name, v] : tensors) {
+    h[name] = {{"dtype", "F32"}, {"shape", {v.size()}}, {"data_offsets", {data.size(), data.size() + 4 * v.size()}}};
+    data.append(reinterpret_cast<const char*>(v.data()), 4 * v.size());
+  }
+  std::string header = h.dump();
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string b;
+  for (int i = 0; i < 8; ++i) b += static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  const std::string all = b + header + data;
+  test::write_bytes(p, std::vector<char>(all.begin(), all.end()));
+}
+
+// The tensor names of a safetensors file (or of every shard of a directory) with their bytes.
+std::map<std::string, std::string> names_and_bytes(const fs::path& p) {
+  std::map<std::string, std::string> out;
+  std::vector<fs::path> files;
+  if (fs::is_directory(p)) {
+    for (const auto& e : fs::directory_iterator(p))
+      if (e.path().extension() == ".safetensors") files.push_back(e.path());
+  } else {
+    files.push_back(p);
+  }
+  for (const auto& f : files) {
+    const auto raw = test::read_bytes(f);
+    std::uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(raw[static_cast<std::size_t>(i)])) << (8 * i);
+    const auto h = json::parse(std::string(raw.begin() + 8, raw.begin() + 8 + static_cast<std::ptrdiff_t>(n)));
+    for (const auto& item : h.items()) {
+      if (item.key() == "__metadata__") continue;
+      const auto at = 8 + n + item.value()["data_offsets"][0].get<std::uint64_t>();
+      const auto end = 8 + n + item.value()["data_offsets"][1].get<std::uint64_t>();
+      out[item.key()] = std::string(raw.begin() + static_cast<std::ptrdiff_t>(at), raw.begin() + static_cast<std::ptrdiff_t>(end));
+    }
+  }
+  return out;
+}
+
 }  // namespace safetensors_test
 
 namespace safetensors_test {  // the test cases too: files sharing a unit (CKPT_TEST_BATCH) keep their names apart
@@ -287,7 +328,6 @@ TEST_CASE("hostile safetensors headers: every one a CorruptCheckpointError, neve
       {"trailing bytes", ok, 12},
       {"offsets not a pair", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8},
       {"metadata not strings", R"({"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8},
-      {"leaf and inner node", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a.b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8},
       {"deep nesting", std::string(100000, '[') + std::string(100000, ']'), 0},
   };
   for (const auto& c : cases) {
@@ -328,6 +368,81 @@ TEST_CASE("safetensors through the manager and the CLI") {
   CHECK(ckpt::restore<Model>(tmp / "st").step == 3);
   const auto j = json::parse(std::ifstream(tmp / "tree.json"));
   CHECK(j["leaves"].size() == 9);
+}
+
+TEST_CASE("safetensors names that are also prefixes (a beside a.b): every tensor read, at a.@value; written back to the same names") {
+  test::TempDir tmp;
+  // As a PyTorch state_dict can hold them: a module's own tensor beside its children's.
+  const std::vector<std::pair<std::string, std::vector<float>>> tensors = {
+      {"a", {1.f}},
+      {"a.b", {2.f, 3.f}},
+      {"a.b.c", {4.f}},
+      {"a.b_1", {5.f}},  // a sibling, not below a.b
+      {"encoder.layers.0.weight", {6.f, 7.f}},  // a plain name: split as before
+      {"x", {8.f}},
+      {"x.@value", {9.f}},  // a real segment that looks like the moved value: escaped
+      {"x.y", {10.f}},
+  };
+  const std::vector<std::pair<std::string, std::string>> paths = {
+      {"a", "a.@value"},        {"a.b", "a.b.@value"},
+      {"a.b.c", "a.b.c"},       {"a.b_1", "a.b_1"},
+      {"encoder.layers.0.weight", "encoder.layers.0.weight"},
+      {"x", "x.@value"},        {"x.@value", "x.@@value"},
+      {"x.y", "x.y"},
+  };
+  std::map<std::string, std::string> flat;
+  for (const auto& [name, v] : tensors) flat[name] = std::string(reinterpret_cast<const char*>(v.data()), 4 * v.size());
+  write_floats(tmp / "m.safetensors", tensors);
+  auto check_tree = [&](const ckpt::Tree& t) {
+    REQUIRE(t.size() == tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      CAPTURE(paths[i].second);
+      CHECK(t.leaf(paths[i].second).as<std::vector<float>>() == tensors[i].second);
+    }
+  };
+  const auto t = ckpt::restore_tree(tmp / "m.safetensors");
+  check_tree(t);
+  CHECK(ckpt::metadata(tmp / "m.safetensors").paths() == t.paths());
+  struct A {
+    std::vector<float> own, b;
+  };
+  const auto a = ckpt::restore<A>(tmp / "m.safetensors", {.transform = [](ckpt::Tree& tree) {
+                                    tree.rename("a.@value", "own");
+                                    tree.rename("a.b.@value", "b");
+                                    for (const char* other : {"a", "encoder", "x"}) tree.erase(other);
+                                  }});
+  CHECK(a.own == std::vector<float>{1.f});
+  CHECK(a.b == std::vector<float>{2.f, 3.f});
+
+  // back to safetensors: the original names and bytes, directly, through native, and in shards
+  ckpt::convert(tmp / "m.safetensors", tmp / "back.safetensors", "safetensors");
+  CHECK(names_and_bytes(tmp / "back.safetensors") == flat);
+  ckpt::convert(tmp / "m.safetensors", tmp / "native", "native");
+  check_tree(ckpt::restore_tree(tmp / "native"));
+  ckpt::convert(tmp / "native", tmp / "again.safetensors", "safetensors");
+  CHECK(names_and_bytes(tmp / "again.safetensors") == flat);
+  ckpt::convert(tmp / "native", tmp / "shards", "safetensors", {.max_shard_bytes = 8});
+  REQUIRE(fs::exists(tmp / "shards/model.safetensors.index.json"));
+  CHECK(names_and_bytes(tmp / "shards") == flat);
+  const auto index = json::parse(std::ifstream(tmp / "shards/model.safetensors.index.json"));
+  std::map<std::string, std::string> mapped;
+  for (const auto& item : index["weight_map"].items()) mapped[item.key()] = flat.at(item.key());
+  CHECK(mapped == flat);
+  check_tree(ckpt::restore_tree(tmp / "shards"));  // the names of every shard decide the paths
+
+  // a tree no names give is refused, naming the path: @value other than last, '.' in a segment
+  struct Odd {
+    std::map<std::string, std::map<std::string, float>> m;
+  };
+  CHECK_THROWS_WITH_AS(ckpt::save<ckpt::safetensors>(tmp / "odd.safetensors", Odd{{{"@value", {{"b", 1.f}}}}}),
+                       doctest::Contains("m.@value.b"), ckpt::Error);
+  CHECK_THROWS_WITH_AS(ckpt::save<ckpt::safetensors>(tmp / "odd.safetensors", Odd{{{"a.b", {{"c", 1.f}}}}}),
+                       doctest::Contains("separator"), ckpt::Error);
+  CHECK_FALSE(fs::exists(tmp / "odd.safetensors"));
+  // a leaf at k.@value with nothing beside it is the name k (which reads back as plain k)
+  ckpt::save<ckpt::safetensors>(tmp / "k.safetensors", Odd{{{"k", {{"@value", 1.5f}}}}});
+  CHECK(names_and_bytes(tmp / "k.safetensors").count("m.k") == 1);
+  CHECK(ckpt::restore_tree(tmp / "k.safetensors").leaf("m.k").as<float>() == 1.5f);
 }
 
 }  // namespace safetensors_test

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "../examples/t5_mesh_tf_translator.hpp"
 
@@ -159,6 +161,43 @@ Tensor string_scalar(std::string name, const std::string& s) {
   return {std::move(name), 7, {}, stored, ckpt::io::crc32c_mask(crc)};
 }
 
+// The path of a TF name in a checkpoint where it is no other name's scope: split at '/'.
+ckpt::Path tf_path(std::string_view name) {
+  const std::vector<std::string_view> one{name};
+  return ckpt::interop::FlatNames(one, '/').path(name);
+}
+
+// Runs a command; its standard output (the test fails if it exits non-zero).
+std::string run(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = ::pclose(p);
+  INFO(cmd);
+  INFO(out);
+  REQUIRE(rc == 0);
+  return out;
+}
+
+// The tensor names of a safetensors file, with their bytes, parsed by hand.
+std::map<std::string, std::string> safetensors_names(const fs::path& file) {
+  const auto raw = test::read_bytes(file);
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(raw[static_cast<std::size_t>(i)])) << (8 * i);
+  const auto h = json::parse(std::string(raw.begin() + 8, raw.begin() + 8 + static_cast<std::ptrdiff_t>(n)));
+  std::map<std::string, std::string> out;
+  for (const auto& item : h.items()) {
+    if (item.key() == "__metadata__") continue;
+    const auto at = 8 + n + item.value()["data_offsets"][0].get<std::uint64_t>();
+    const auto end = 8 + n + item.value()["data_offsets"][1].get<std::uint64_t>();
+    out[item.key()] = std::string(raw.begin() + static_cast<std::ptrdiff_t>(at), raw.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return out;
+}
+
 struct Dense {
   xt::xtensor<float, 2> kernel;
   float bias = 0;
@@ -218,7 +257,7 @@ TEST_CASE("TF-Serving's checkpoints (TF 1 and 2, snappy and plain index blocks) 
     CHECK(ckpt::detect_format(saved_model) == "tensorflow");  // a SavedModel directory
     const auto t = ckpt::tf::restore_tree(saved_model / "variables/variables");
     for (const auto& [name, v] : w.scalars) {
-      const auto path = ckpt::detail::tf_bundle::path_of(name);
+      const auto path = tf_path(name);
       CHECK(t.leaf(path).dtype() == ckpt::dtype::float32);
       CHECK(t.leaf(path).as<float>() == v);
     }
@@ -251,7 +290,7 @@ TEST_CASE("the Mesh TF T5 checkpoint: the index lists all 105 variables; a full 
     const std::string name = item.key();
     const auto& e = item.value();
     CAPTURE(name);
-    const auto& l = meta.leaf(ckpt::detail::tf_bundle::path_of(name));
+    const auto& l = meta.leaf(tf_path(name));
     CHECK(std::string(ckpt::dtype_name(l.dtype())) == e["dtype"].get<std::string>());
     CHECK(l.shape() == e["shape"].get<ckpt::Shape>());
     CHECK(l.byte_length() == e["size"].get<std::uint64_t>());
@@ -603,6 +642,200 @@ TEST_CASE("ckpt convert model.ckpt-0 out --to native|flax|t5x|orbax") {
   CHECK(WEXITSTATUS(st) == 2);
   const auto err = test::read_bytes(tmp / "err");
   CHECK(std::string(err.begin(), err.end()).find("data-00001-of-00002 is missing") != std::string::npos);
+}
+
+TEST_CASE("TF1 optimizer slots below their variable (w, w/Adam): every variable read, at w.@value, names restored exactly") {
+  test::TempDir tmp;
+  const fs::path prefix = tmp / "model.ckpt-10";
+  // As tf.train.Saver writes a TF1 model trained with Adam, Momentum and an
+  // ExponentialMovingAverage: slots are named below their variable.
+  const std::vector<std::pair<Tensor, std::string>> want = {
+      {numeric<std::int64_t>("global_step", 9, {}, {10}), "global_step"},
+      {numeric<float>("beta1_power", 1, {}, {0.9f}), "beta1_power"},
+      {numeric<float>("w", 1, {2}, {1.f, 2.f}), "w.@value"},
+      {numeric<float>("w/Adam", 1, {2}, {0.1f, 0.2f}), "w.Adam"},
+      {numeric<float>("w/Adam_1", 1, {2}, {0.01f, 0.02f}), "w.Adam_1"},
+      {numeric<float>("w/ExponentialMovingAverage", 1, {2}, {0.9f, 1.9f}), "w.ExponentialMovingAverage"},
+      {numeric<float>("model/encoder", 1, {}, {-1.f}), "model.encoder.@value"},  // a scope two levels up
+      {numeric<float>("model/encoder/layer_0/matrix", 1, {2, 3}, {1, 2, 3, 4, 5, 6}), "model.encoder.layer_0.matrix.@value"},
+      {numeric<float>("model/encoder/layer_0/matrix/Adam", 1, {2, 3}, {6, 5, 4, 3, 2, 1}), "model.encoder.layer_0.matrix.Adam"},
+      {numeric<float>("model/encoder/layer_0/matrix/Adam_1", 1, {2, 3}, {0, 0, 1, 1, 2, 2}),
+       "model.encoder.layer_0.matrix.Adam_1"},
+      {numeric<float>("model/encoder/layer_0/matrix/ExponentialMovingAverage", 1, {2, 3}, {9, 9, 9, 8, 8, 8}),
+       "model.encoder.layer_0.matrix.ExponentialMovingAverage"},
+      {numeric<float>("model/encoder/layer_0/bias", 1, {3}, {0.5f, 0.25f, 0.125f}), "model.encoder.layer_0.bias.@value"},
+      {numeric<float>("model/encoder/layer_0/bias/Momentum", 1, {3}, {3, 2, 1}), "model.encoder.layer_0.bias.Momentum"},
+      {numeric<float>("model/decoder/kernel", 1, {1}, {7.f}), "model.decoder.kernel"},  // no slots: as before
+      // real segments that look like the moved value gain an '@': the three never meet
+      {numeric<float>("odd", 1, {1}, {5.f}), "odd.@value"},
+      {numeric<float>("odd/@value", 1, {1}, {6.f}), "odd.@@value"},
+      {numeric<float>("odd/@@value", 1, {1}, {7.f}), "odd.@@@value"},
+  };
+  std::vector<Tensor> tensors;
+  for (const auto& [t, path] : want) tensors.push_back(t);
+  write_bundle(prefix, tensors);
+
+  auto check_tree = [&](const ckpt::Tree& t) {
+    REQUIRE(t.size() == want.size());
+    for (const auto& w : want) {  // no structured binding: clang 14 cannot capture one (CAPTURE)
+      const Tensor& tensor = w.first;
+      const std::string& path = w.second;
+      CAPTURE(path);
+      const auto& l = t.leaf(path);
+      CHECK(l.shape() == ckpt::Shape(tensor.shape));
+      CHECK(l.dtype() == (tensor.tf_dtype == 9 ? ckpt::dtype::int64 : ckpt::dtype::float32));
+      const auto b = l.bytes();
+      CHECK(std::string(reinterpret_cast<const char*>(b.data()), b.size()) == tensor.bytes);
+    }
+  };
+  const auto t = ckpt::restore_tree(prefix);
+  check_tree(t);
+  CHECK(t.paths() == ckpt::restore_tree(prefix).paths());  // stable
+  check_tree(ckpt::tf::restore_tree(tmp.path() / "model.ckpt-10.index"));
+  const auto meta = ckpt::metadata(prefix);
+  REQUIRE(meta.size() == want.size());
+  for (const auto& w : want) {
+    const Tensor& tensor = w.first;
+    const std::string& path = w.second;
+    CAPTURE(path);
+    CHECK(meta.leaf(path).shape() == ckpt::Shape(tensor.shape));
+    // the inverse gives back TensorFlow's name
+    CHECK(ckpt::tf::variable_name(ckpt::Path::parse(path)) == tensor.name);
+  }
+  CHECK_FALSE(ckpt::tf::variable_name(ckpt::Path::parse("w.@value.x")));
+
+  // translators see TensorFlow's names, as t5x's convert_from_tf_checkpoint gives them
+  std::set<std::string> seen;
+  const auto to_state = [&seen](std::string_view n) -> std::optional<std::string> {
+    seen.emplace(n);
+    std::string name(n);
+    if (name == "global_step") return "step";
+    if (name == "model/encoder") return "params.model.encoder_scale";  // a state cannot nest below a leaf either
+    if (name.starts_with("odd") || name == "beta1_power") return std::nullopt;
+    std::string prefix = "params.";
+    for (const auto& [tail, to] : {std::pair<std::string, std::string>{"/Adam", "opt.m."}, {"/Adam_1", "opt.v."},
+                                   {"/ExponentialMovingAverage", "ema."}, {"/Momentum", "opt.momentum."}})
+      if (name.ends_with(tail)) {
+        name.resize(name.size() - tail.size());
+        prefix = to;
+      }
+    std::replace(name.begin(), name.end(), '/', '.');
+    return prefix + name;
+  };
+  const auto state = ckpt::tf::convert(prefix, to_state, {.skip_unmapped = true});
+  std::set<std::string> names;
+  for (const auto& x : tensors) names.insert(x.name);
+  CHECK(seen == names);
+  auto state_paths = state.paths();
+  std::sort(state_paths.begin(), state_paths.end());
+  CHECK(state_paths == std::vector<std::string>{"ema.model.encoder.layer_0.matrix", "ema.w", "opt.m.model.encoder.layer_0.matrix",
+                                                  "opt.m.w", "opt.momentum.model.encoder.layer_0.bias",
+                                                  "opt.v.model.encoder.layer_0.matrix", "opt.v.w", "params.model.decoder.kernel",
+                                                  "params.model.encoder.layer_0.bias",
+                                                  "params.model.encoder.layer_0.matrix", "params.model.encoder_scale", "params.w",
+                                                  "step"});
+  CHECK(state.leaf("params.w").as<std::vector<float>>() == std::vector<float>{1.f, 2.f});
+  CHECK(state.leaf("opt.v.w").as<std::vector<float>>() == std::vector<float>{0.01f, 0.02f});
+  CHECK(state.leaf("params.model.encoder_scale").as<float>() == -1.f);
+
+  // restore<T>: by translation rules on TF's names, or by a transform naming the slots
+  struct Slots {
+    std::vector<float> w, m, v, ema;
+    std::int64_t step = 0;
+  };
+  const auto by_rules = ckpt::tf::restore<Slots>(
+      prefix, ckpt::tf::rules({{"w", "w"}, {"w/Adam", "m"}, {"w/Adam_1", "v"}, {"w/ExponentialMovingAverage", "ema"}, {"global_step", "step"}}),
+      {.skip_unmapped = true});
+  const auto by_transform = ckpt::restore<Slots>(prefix, {.transform = [](ckpt::Tree& tree) {
+                                                            tree.rename("w.Adam", "m");
+                                                            tree.rename("w.Adam_1", "v");
+                                                            tree.rename("w.ExponentialMovingAverage", "ema");
+                                                            tree.rename("w.@value", "w");
+                                                            tree.rename("global_step", "step");
+                                                            for (const char* other : {"model", "odd", "beta1_power"}) tree.erase(other);
+                                                          }});
+  for (const Slots& r : {by_rules, by_transform}) {
+    CHECK(r.w == std::vector<float>{1.f, 2.f});
+    CHECK(r.m == std::vector<float>{0.1f, 0.2f});
+    CHECK(r.v == std::vector<float>{0.01f, 0.02f});
+    CHECK(r.ema == std::vector<float>{0.9f, 1.9f});
+    CHECK(r.step == 10);
+  }
+
+  // into the other formats: the same tree; safetensors holds TF's names with '.' for '/'
+  std::map<std::string, std::string> flat;
+  for (const auto& x : tensors) {
+    std::string n = x.name;
+    std::replace(n.begin(), n.end(), '/', '.');
+    flat[n] = x.bytes;
+  }
+  for (const char* to : {"native", "orbax", "safetensors"}) {
+    CAPTURE(to);
+    ckpt::convert(prefix, tmp / to, to);
+    check_tree(ckpt::restore_tree(tmp / to));
+  }
+  CHECK(safetensors_names(tmp / "safetensors/model.safetensors") == flat);
+  // and back: safetensors -> native -> safetensors gives the same names and bytes
+  ckpt::convert(tmp / "safetensors", tmp / "native2", "native");
+  ckpt::convert(tmp / "native2", tmp / "back.safetensors", "safetensors");
+  CHECK(safetensors_names(tmp / "back.safetensors") == flat);
+
+  // a string tensor that is also a scope: its elements below vocab.@value
+  const fs::path vocab = tmp / "vocab.ckpt-1";
+  write_bundle(vocab, {string_tensor("vocab", {2}, {"a", "bc"}), numeric<std::int64_t>("vocab/size", 9, {}, {2})});
+  CHECK(ckpt::restore_tree(vocab).paths() == std::vector<std::string>{"vocab.@value.0", "vocab.@value.1", "vocab.size"});
+  struct Table {
+    std::vector<std::string> keys;
+    std::int64_t size = 0;
+  };
+  const auto table = ckpt::tf::restore<Table>(vocab, ckpt::tf::rules({{"vocab", "keys"}, {"vocab/size", "size"}}));
+  CHECK(table.keys == std::vector<std::string>{"a", "bc"});
+  CHECK(table.size == 2);
+  CHECK_THROWS_WITH_AS(ckpt::tf::convert(vocab, ckpt::tf::rules({{"vocab/size", "size"}})),
+                       doctest::Contains("vocab/0, vocab/1"), ckpt::Error);
+}
+
+TEST_CASE("ckpt tree, show and convert on a TF1 bundle whose variables are also scopes") {
+  if (!fs::exists(CKPT_CLI)) {
+    MESSAGE("the ckpt tool is not built (run `make`); skipped");
+    return;
+  }
+  test::TempDir tmp;
+  const fs::path prefix = tmp / "model.ckpt-5";
+  const std::vector<Tensor> tensors = {
+      numeric<std::int64_t>("global_step", 9, {}, {5}),
+      numeric<float>("layer_0/matrix", 1, {2}, {1.5f, -2.5f}),
+      numeric<float>("layer_0/matrix/Adam", 1, {2}, {0.5f, 0.25f}),
+      numeric<float>("layer_0/matrix/Adam_1", 1, {2}, {4.f, 8.f}),
+  };
+  write_bundle(prefix, tensors);
+  const std::string cli = CKPT_CLI;
+  auto tree = json::parse(run(cli + " tree --json " + prefix.string()));
+  std::vector<std::string> paths;
+  for (const auto& l : tree["leaves"]) paths.push_back(l["path"].get<std::string>());
+  std::sort(paths.begin(), paths.end());
+  CHECK(paths == std::vector<std::string>{"global_step", "layer_0.matrix.@value", "layer_0.matrix.Adam", "layer_0.matrix.Adam_1"});
+  CHECK(json::parse(run(cli + " show --json " + prefix.string() + " layer_0.matrix.@value"))["values"] ==
+        json::parse("[1.5, -2.5]"));
+  CHECK(json::parse(run(cli + " show --json " + prefix.string() + " layer_0.matrix.Adam_1"))["values"] == json::parse("[4.0, 8.0]"));
+  const auto tf_tree = ckpt::restore_tree(prefix);
+  for (const char* to : {"native", "safetensors", "orbax"}) {
+    CAPTURE(to);
+    run(cli + " convert " + prefix.string() + " " + (tmp / to).string() + " --to " + to + " >/dev/null");
+    const auto back = ckpt::restore_tree(tmp / to);
+    REQUIRE(back.paths() == tf_tree.paths());
+    for (const auto& l : tf_tree.leaves()) CHECK(back.leaf(l.path().str()).bytes() == l.bytes());
+  }
+  std::map<std::string, std::string> flat;
+  for (const auto& x : tensors) {
+    std::string n = x.name;
+    std::replace(n.begin(), n.end(), '/', '.');
+    flat[n] = x.bytes;
+  }
+  CHECK(safetensors_names(tmp / "safetensors/model.safetensors") == flat);
+  run(cli + " convert " + (tmp / "safetensors").string() + " " + (tmp / "n").string() + " --to native >/dev/null");
+  run(cli + " convert " + (tmp / "n").string() + " " + (tmp / "back").string() + " --to safetensors >/dev/null");
+  CHECK(safetensors_names(tmp / "back/model.safetensors") == flat);
 }
 
 }  // namespace tensorflow_test

@@ -4,7 +4,9 @@
 //   {"__metadata__": {"k": "v"}, "encoder.layers.0.weight":
 //    {"dtype": "F32", "shape": [4, 8], "data_offsets": [0, 128]}, ...}
 // with offsets relative to the first byte after the header. Tree paths are tensor names
-// joined with '.' as Hugging Face names them. A model too large for one file is split
+// split at '.' as Hugging Face names them (a name that is also a prefix, `a` beside
+// `a.b`, at a.@value: format/interop/flat_names.hpp), written back to the same names.
+// A model too large for one file is split
 // into `model-00001-of-00003.safetensors`... and `model.safetensors.index.json`
 // ({"metadata": {"total_size": n}, "weight_map": {name: file}}), as transformers does.
 //
@@ -42,6 +44,7 @@
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/detail/static_error.hpp>
 #include <ckpt/detail/untrusted.hpp>
+#include <ckpt/format/interop/flat_names.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/writer.hpp>  // write_piece
@@ -78,36 +81,15 @@ inline std::optional<dtype> dtype_of(std::string_view s) {
   return std::nullopt;
 }
 
-// "a.b.0.c" for the path [a, b, 0, c]; a segment holding '.' (or empty) has no name.
+// "a.b.0.c" for the path [a, b, 0, c], and a.@value for "a" beside "a.b"
+// (format/interop/flat_names.hpp); a segment holding '.' has no name.
 inline std::string tensor_name(const Path& p, const std::string& checkpoint) {
-  if (p.segments().empty()) throw Error(checkpoint, "", "a safetensors tensor needs a name; the root is a leaf");
-  std::string s;
-  for (const auto& seg : p.segments()) {
-    if (seg.empty() || seg.find('.') != std::string::npos)
-      throw Error(checkpoint, p.str(),
-                  "path segment " + quote_for_message(seg) +
-                      " is empty or holds '.', which safetensors uses as the separator of tensor names");
-    if (!s.empty()) s += '.';
-    s += seg;
-  }
-  return s;
+  return interop::flat_name_or_throw(p, '.', checkpoint, "safetensors");
 }
 
 // A tensor name as messages show it (as a tree path): untrusted, so made printable and
 // cut short (detail/quote.hpp).
 inline std::string shown(const std::string& name) { return ckpt::detail::safe_text(name, 200); }
-
-inline Path path_of(std::string_view name) {
-  std::vector<std::string> segs;
-  std::size_t at = 0;
-  while (true) {
-    const std::size_t dot = name.find('.', at);
-    segs.emplace_back(name.substr(at, dot == std::string_view::npos ? std::string_view::npos : dot - at));
-    if (dot == std::string_view::npos) break;
-    at = dot + 1;
-  }
-  return Path(std::move(segs));
-}
 
 // ---- writing -----------------------------------------------------------------
 
@@ -375,7 +357,9 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
   return out;
 }
 
-inline void add_file(interop::IndexBuilder& b, const ParsedFile& f, const std::string* expected_file = nullptr,
+// paths: of every tensor name of the checkpoint (of all its files).
+inline void add_file(interop::IndexBuilder& b, const ParsedFile& f, const interop::FlatNames& paths,
+                     const std::string* expected_file = nullptr,
                      const std::map<std::string, std::string>* weight_map = nullptr) {
   b.keep(f.map);
   const auto all = f.map->bytes();
@@ -388,7 +372,7 @@ inline void add_file(interop::IndexBuilder& b, const ParsedFile& f, const std::s
                                          ", which the weight_map of " + index_file + " puts elsewhere or nowhere");
     }
     const auto bytes = all.subspan(static_cast<std::size_t>(t.begin), static_cast<std::size_t>(t.end - t.begin));
-    b.add_bytes(path_of(t.name), t.type, t.shape, {bytes});
+    b.add_bytes(paths.path(t.name), t.type, t.shape, {bytes});
   }
 }
 
@@ -429,6 +413,9 @@ inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, con
   std::sort(files.begin(), files.end());
   interop::IndexBuilder b(checkpoint);
   b.pieces_are_mapped();
+  std::vector<std::string_view> names;  // a shard's tensors not in the weight_map are refused
+  for (const auto& kv : weight_map) names.emplace_back(kv.first);
+  const interop::FlatNames paths(names, '.');
   std::map<std::string, std::string> metadata;
   std::set<std::string> found;
   for (const auto& f : files) {
@@ -436,7 +423,7 @@ inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, con
       throw CorruptCheckpointError(checkpoint, "", "shard " + quote_for_message(f) + " named by the weight_map is missing");
     const ParsedFile pf = parse_file(dir / f, checkpoint);
     if (metadata.empty()) metadata = pf.metadata;
-    add_file(b, pf, &f, &weight_map);
+    add_file(b, pf, paths, &f, &weight_map);
     for (const auto& t : pf.tensors) found.insert(t.name);
   }
   for (const auto& [name, file] : weight_map)
@@ -453,7 +440,9 @@ inline std::shared_ptr<const Index> open_file(const fs::path& file, const std::s
   const ParsedFile pf = parse_file(file, checkpoint);
   interop::IndexBuilder b(checkpoint);
   b.pieces_are_mapped();
-  add_file(b, pf);
+  std::vector<std::string_view> names;
+  for (const auto& t : pf.tensors) names.emplace_back(t.name);
+  add_file(b, pf, interop::FlatNames(names, '.'));
   return b.build(info_from(pf.metadata));
 }
 

@@ -5,8 +5,9 @@
 // `PREFIX.data-00000-of-00002`... holding each tensor's little-endian bytes at the
 // entry's offset. tf.train.load_checkpoint takes a prefix or a directory whose
 // `checkpoint` state file names the latest prefix; so does this reader.
-// Paths are the variable names split at '/'. Each leaf's masked crc32c is verified when
-// it is read (restore's verify_checksums). Strings are TensorFlow's string encoding
+// Paths are the variable names split at '/' (format/interop/flat_names.hpp: a variable
+// that is also a scope, as TF1's optimizer slots make `w` of `w/Adam`, is at w.@value).
+// Each leaf's masked crc32c is verified when it is read (restore's verify_checksums). Strings are TensorFlow's string encoding
 // (varint lengths, a masked crc of the lengths, the bytes): a scalar one becomes a
 // string leaf, a tensor of shape [n, m] the leaves name/0/0 ... name/(n-1)/(m-1) (what a
 // std::vector<std::vector<std::string>> restores from); they are read when opening, to
@@ -28,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include <ckpt/format/interop/flat_names.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/tf/proto.hpp>
 #include <ckpt/format/tf/table.hpp>
@@ -212,19 +214,6 @@ std::pair<std::vector<std::string>, bool> decode_strings(std::span<const std::by
     from += static_cast<std::size_t>(len);
   }
   return {std::move(out), !masked || io::crc32c_mask(c) == *masked};
-}
-
-// "a/b/c" -> [a, b, c]
-inline Path path_of(std::string_view name) {
-  std::vector<std::string> segs;
-  std::size_t at = 0;
-  while (true) {
-    const std::size_t slash = name.find('/', at);
-    segs.emplace_back(name.substr(at, slash == std::string_view::npos ? std::string_view::npos : slash - at));
-    if (slash == std::string_view::npos) break;
-    at = slash + 1;
-  }
-  return Path(std::move(segs));
 }
 
 // The model_checkpoint_path of a `checkpoint` state file (a text-format CheckpointState).
@@ -445,6 +434,11 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
     }
   };
 
+  std::vector<std::string_view> names;
+  for (const auto& kv : entries)
+    if (!kv.key.empty() && kv.key[0] != '\0') names.emplace_back(kv.key);
+  const interop::FlatNames paths(names, '/');
+
   for (const auto& kv : entries) {
     if (kv.key.empty() || kv.key[0] == '\0') continue;
     const std::string& name = kv.key;
@@ -455,7 +449,7 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
     if (!proto::parse_entry(kv.value, be)) fail("malformed BundleEntryProto");
     const auto type = dtype_of(be.dtype);
     IndexEntry e;
-    e.path = bd::path_of(name);
+    e.path = paths.path(name);
     e.shape = be.shape;
     bd::Stored s;
     if (be.unknown_rank) fail("shape of unknown rank");

@@ -6,9 +6,11 @@
 // mine"), or a table of regex rules tried in order (the first whose pattern matches the
 // whole name wins; its replacement may use $1...). A variable no rule maps is an error
 // naming every such variable, unless skip_unmapped says to leave them out. Two variables
-// mapped to the same path are an error too.
+// mapped to the same path are an error too. Translators see TensorFlow's own names
+// (`w`, `w/Adam`), also where the tree puts a variable that is a scope at w.@value.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -57,10 +59,19 @@ struct ConvertOptions {
   std::vector<std::function<void(Tree&)>> transforms{};
 };
 
-// The variable name of a bundle leaf ("a/b/c").
-inline std::string variable_name(const Path& p) {
-  std::string s;
-  for (const auto& seg : p.segments()) s += (s.empty() ? "" : "/") + seg;
+// The TF variable name of a bundle leaf's path (w.Adam -> "w/Adam", w.@value -> "w": the
+// inverse of the reader's mapping, format/interop/flat_names.hpp); nullopt for a path
+// no variable has (an element of a string tensor below w.@value).
+inline std::optional<std::string> variable_name(const Path& p) { return interop::flat_name(p, '/'); }
+
+// A leaf as messages list it: its variable name; an element of a string tensor that is
+// also a scope (w.@value.0.1), the tensor's name and the element's indices ("w/0/1").
+inline std::string listed_name(const Path& p) {
+  const auto& segs = p.segments();
+  const auto v = std::find(segs.begin(), segs.end(), interop::value_segment);
+  if (v == segs.end() || v + 1 == segs.end()) return variable_name(p).value_or(p.str());
+  std::string s = variable_name(Path(std::vector<std::string>(segs.begin(), v + 1))).value_or(p.str());
+  for (auto it = v + 1; it != segs.end(); ++it) s += "/" + *it;
   return s;
 }
 
@@ -75,7 +86,9 @@ inline std::optional<std::string> translate_string_element(const Path& p, const 
     ++tail;
   for (std::size_t k = 1; k <= tail; ++k) {
     const Path tensor(std::vector<std::string>(segs.begin(), segs.end() - static_cast<std::ptrdiff_t>(k)));
-    auto to = translate(variable_name(tensor));
+    const auto name = variable_name(tensor);
+    if (!name) continue;
+    auto to = translate(*name);
     if (!to || to->empty()) continue;
     for (auto it = segs.end() - static_cast<std::ptrdiff_t>(k); it != segs.end(); ++it) *to += "." + *it;
     return to;
@@ -83,7 +96,8 @@ inline std::optional<std::string> translate_string_element(const Path& p, const 
   return std::nullopt;
 }
 
-// Every variable of the TF checkpoint as it is: paths are the names split at '/'.
+// Every variable of the TF checkpoint as it is: paths are the names split at '/'
+// (a variable that is also a scope at name.@value).
 inline Tree restore_tree(const std::filesystem::path& prefix_or_dir, const RestoreOptions& opts = {}) {
   Tree t(open_bundle(prefix_or_dir), false);
   if (opts.transform) opts.transform(t);
@@ -95,14 +109,26 @@ inline Tree convert(const std::filesystem::path& prefix_or_dir, const Translator
                     const ConvertOptions& opts = {}) {
   const auto index = open_bundle(prefix_or_dir);
   Tree t(index, false);
-  std::vector<std::string> unmapped;
-  std::vector<std::pair<std::string, std::string>> moves;  // tf name -> path
+  std::vector<std::string> unmapped;  // tf names
+  std::vector<Path> unmapped_paths;
+  struct Move {
+    std::string name;  // the tf name (of an element of a string tensor: the tensor's, with its indices)
+    Path from;
+    std::string to;
+  };
+  std::vector<Move> moves;
   for (const auto& l : t.leaves()) {
-    const std::string name = variable_name(l.path());
-    auto to = translate(name);
+    const auto name = variable_name(l.path());
+    std::optional<std::string> to;
+    if (name) to = translate(*name);
     if ((!to || to->empty()) && l.dtype() == dtype::string) to = translate_string_element(l.path(), translate);
-    if (!to || to->empty()) unmapped.push_back(name);
-    else moves.emplace_back(name, *to);
+    const std::string shown = listed_name(l.path());
+    if (!to || to->empty()) {
+      unmapped.push_back(shown);
+      unmapped_paths.push_back(l.path());
+    } else {
+      moves.push_back({shown, l.path(), *to});
+    }
   }
   if (!unmapped.empty() && !opts.skip_unmapped) {
     std::string list;
@@ -112,20 +138,20 @@ inline Tree convert(const std::filesystem::path& prefix_or_dir, const Translator
                                              " (map them, or pass .skip_unmapped = true)");
   }
   // Rename through temporary names so that one variable's new path can be another's old one.
-  for (const auto& name : unmapped) t.erase(ckpt::detail::tf_bundle::path_of(name).str());
+  for (const auto& p : unmapped_paths) t.erase(p.str());
   std::vector<std::string> tmp_names;
   for (std::size_t i = 0; i < moves.size(); ++i) {
     const std::string tmp = Path::escape("\x01tf-convert-" + std::to_string(i));
-    t.rename(ckpt::detail::tf_bundle::path_of(moves[i].first).str(), tmp);
+    t.rename(moves[i].from.str(), tmp);
     tmp_names.push_back(tmp);
   }
   std::map<std::string, std::string> by_path;
   for (std::size_t i = 0; i < moves.size(); ++i) {
-    const std::string canonical = Path::parse(moves[i].second).str();
-    if (const auto [it, fresh] = by_path.emplace(canonical, moves[i].first); !fresh)
+    const std::string canonical = Path::parse(moves[i].to).str();
+    if (const auto [it, fresh] = by_path.emplace(canonical, moves[i].name); !fresh)
       throw Error(index->checkpoint(), canonical,
-                  "the TensorFlow variables " + it->second + " and " + moves[i].first + " translate to the same path");
-    t.rename(tmp_names[i], moves[i].second);
+                  "the TensorFlow variables " + it->second + " and " + moves[i].name + " translate to the same path");
+    t.rename(tmp_names[i], moves[i].to);
   }
   for (const auto& f : opts.transforms) f(t);
   return Tree(t.to_index(), !opts.lazy);
