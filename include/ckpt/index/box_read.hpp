@@ -79,7 +79,6 @@ struct TilePlan {
   }
 };
 
-
 // Reads the part of a wanted box that lies in a stored box through the format's
 // reader, with the fewest bytes and read calls the checks allow: Index::read_box's
 // plan, for each stored box of a leaf (or the leaf itself, stored whole).
