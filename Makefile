@@ -7,6 +7,7 @@
 #   make clang      clang++ build and tests against the single header (build-clang/)
 #   make clang-sanitize  the same with ASan+UBSan at -O0, as CI runs it (build-clang-san/)
 #   make single-include / check-single-include
+#   make check-layers  includes run only downward (the layer table of docs/design.md)
 #   make meson-test meson build and tests ($(MESON_BUILD_DIR)/)
 #   make crash-test SIGKILL saves at >= 1000 random moments (CRASH_KILLS), check every checkpoint
 #   make fuzz       libFuzzer + ASan/UBSan, every reader for FUZZ_SECONDS each ($(FUZZ_BUILD_DIR)/)
@@ -49,7 +50,7 @@ define ctest_run
 endef
 
 .PHONY: all deps build test demo sanitize tsan clang clang-sanitize single-include \
-        check-single-include meson meson-test crash-test fuzz-build fuzz fuzz-smoke clean distclean
+        check-single-include check-layers meson meson-test crash-test fuzz-build fuzz fuzz-smoke clean distclean
 
 all: build
 
@@ -129,6 +130,11 @@ check-single-include:
 	elif ! diff -u single_include/ckpt/ckpt.hpp "$$tmp"; then \
 	  echo "check-single-include: single_include/ckpt/ckpt.hpp is out of date with include/: run 'make single-include' and commit it" >&2; exit 1; \
 	else echo "check-single-include: single_include/ckpt/ckpt.hpp is up to date"; fi
+
+# Each header of include/ckpt includes only its own layer or lower ones (also the
+# ctest case `layers`, so `make test` runs it).
+check-layers:
+	$(PYTHON) tools/check-layers.py
 
 # The meson build checks that meson builds and passes the suite; it does not need
 # optimized code, so it compiles without optimization or debug info (half the time).

@@ -3,10 +3,11 @@
 # by ckptConfig.cmake, so `add_subdirectory(ckpt)` and
 # `find_package(ckpt CONFIG)` consumers get the same dependencies.
 #
-# Defines the imported INTERFACE targets ckpt_deps::boost, ckpt_deps::msgpack,
-# ckpt_deps::zstd, ckpt_deps::xxhash and ckpt_deps::snappy (include dirs are SYSTEM, so warnings
-# in third-party headers never fail a -Werror build), and finds xtensor,
-# nlohmann_json, ZLIB and Threads. Sets:
+# Defines the imported INTERFACE targets ckpt_deps::boost and ckpt_deps::msgpack
+# (include dirs are SYSTEM, so warnings in third-party headers never fail a -Werror
+# build), finds zstd, xxHash, blosc, lz4 and snappy through pkg-config
+# (PkgConfig::CKPT_ZSTD, ...), bzip2 and zlib through CMake's modules, and xtensor,
+# nlohmann_json and Threads through their packages. Sets:
 #   CKPT_DEPS_FOUND              TRUE when everything was found
 #   CKPT_DEPS_NOT_FOUND_MESSAGE  what is missing, and where to get it
 #   CKPT_BOOST_INCLUDE_DIR, CKPT_MSGPACK_INCLUDE_DIR (cache)
@@ -52,44 +53,28 @@ if(NOT CKPT_MSGPACK_INCLUDE_DIR)
   _ckpt_dep_missing("msgpack-cxx headers (msgpack.hpp): run tools/install-deps.sh, or set CKPT_DEPS_PREFIX / CKPT_MSGPACK_INCLUDE_DIR")
 endif()
 
-# --- zstd and xxHash: plain find, Debian's zstd CMake package is not portable -----
-find_path(CKPT_ZSTD_INCLUDE_DIR NAMES zstd.h)
-find_library(CKPT_ZSTD_LIBRARY NAMES zstd)
-if(NOT CKPT_ZSTD_INCLUDE_DIR OR NOT CKPT_ZSTD_LIBRARY)
-  _ckpt_dep_missing("zstd (Debian: libzstd-dev)")
-endif()
-find_path(CKPT_XXHASH_INCLUDE_DIR NAMES xxhash.h)
-find_library(CKPT_XXHASH_LIBRARY NAMES xxhash)
-if(NOT CKPT_XXHASH_INCLUDE_DIR OR NOT CKPT_XXHASH_LIBRARY)
-  _ckpt_dep_missing("xxHash (Debian: libxxhash-dev)")
-endif()
-# blosc, lz4 and bz2: zarr chunk compressors (zarr-python's default is blosc)
-find_path(CKPT_BLOSC_INCLUDE_DIR NAMES blosc.h)
-find_library(CKPT_BLOSC_LIBRARY NAMES blosc)
-if(NOT CKPT_BLOSC_INCLUDE_DIR OR NOT CKPT_BLOSC_LIBRARY)
-  _ckpt_dep_missing("blosc (Debian: libblosc-dev)")
-endif()
-find_path(CKPT_LZ4_INCLUDE_DIR NAMES lz4.h)
-find_library(CKPT_LZ4_LIBRARY NAMES lz4)
-if(NOT CKPT_LZ4_INCLUDE_DIR OR NOT CKPT_LZ4_LIBRARY)
-  _ckpt_dep_missing("lz4 (Debian: liblz4-dev)")
-endif()
-find_path(CKPT_BZ2_INCLUDE_DIR NAMES bzlib.h)
-find_library(CKPT_BZ2_LIBRARY NAMES bz2)
-if(NOT CKPT_BZ2_INCLUDE_DIR OR NOT CKPT_BZ2_LIBRARY)
+# --- zstd, xxHash, blosc, lz4 (zarr's chunk compressors), snappy (the blocks of
+# TensorFlow checkpoint indexes): their pkg-config files, as imported targets ----
+find_package(PkgConfig QUIET)
+macro(_ckpt_pkg var module debian)
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(CKPT_${var} QUIET IMPORTED_TARGET ${module})
+  endif()
+  if(NOT CKPT_${var}_FOUND)
+    _ckpt_dep_missing("${module}, found by pkg-config (Debian: pkg-config ${debian})")
+  endif()
+endmacro()
+_ckpt_pkg(ZSTD libzstd libzstd-dev)
+_ckpt_pkg(XXHASH libxxhash libxxhash-dev)
+_ckpt_pkg(BLOSC blosc libblosc-dev)
+_ckpt_pkg(LZ4 liblz4 liblz4-dev)
+_ckpt_pkg(SNAPPY snappy libsnappy-dev)
+# --- bzip2 (a zarr chunk compressor): CMake's own module, as zlib below --------
+find_package(BZip2 QUIET)
+if(NOT BZIP2_FOUND)
   _ckpt_dep_missing("bzip2 (Debian: libbz2-dev)")
 endif()
-mark_as_advanced(CKPT_BLOSC_INCLUDE_DIR CKPT_BLOSC_LIBRARY CKPT_LZ4_INCLUDE_DIR CKPT_LZ4_LIBRARY
-  CKPT_BZ2_INCLUDE_DIR CKPT_BZ2_LIBRARY)
-# snappy: the blocks of TensorFlow checkpoint indexes (format/tf/table.hpp), C API
-find_path(CKPT_SNAPPY_INCLUDE_DIR NAMES snappy-c.h)
-find_library(CKPT_SNAPPY_LIBRARY NAMES snappy)
-if(NOT CKPT_SNAPPY_INCLUDE_DIR OR NOT CKPT_SNAPPY_LIBRARY)
-  _ckpt_dep_missing("snappy (Debian: libsnappy-dev)")
-endif()
-mark_as_advanced(CKPT_BOOST_INCLUDE_DIR CKPT_MSGPACK_INCLUDE_DIR
-  CKPT_ZSTD_INCLUDE_DIR CKPT_ZSTD_LIBRARY CKPT_XXHASH_INCLUDE_DIR CKPT_XXHASH_LIBRARY
-  CKPT_SNAPPY_INCLUDE_DIR CKPT_SNAPPY_LIBRARY)
+mark_as_advanced(CKPT_BOOST_INCLUDE_DIR CKPT_MSGPACK_INCLUDE_DIR)
 
 # --- CMake packages ------------------------------------------------------------
 find_package(xtensor CONFIG QUIET)
@@ -118,29 +103,10 @@ if(CKPT_DEPS_FOUND AND NOT TARGET ckpt_deps::boost)
   add_library(ckpt_deps::msgpack INTERFACE IMPORTED)
   set_target_properties(ckpt_deps::msgpack PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES "${CKPT_MSGPACK_INCLUDE_DIR}")
-  add_library(ckpt_deps::zstd INTERFACE IMPORTED)
-  set_target_properties(ckpt_deps::zstd PROPERTIES
-    INTERFACE_INCLUDE_DIRECTORIES "${CKPT_ZSTD_INCLUDE_DIR}"
-    INTERFACE_LINK_LIBRARIES "${CKPT_ZSTD_LIBRARY}")
-  add_library(ckpt_deps::xxhash INTERFACE IMPORTED)
-  set_target_properties(ckpt_deps::xxhash PROPERTIES
-    INTERFACE_INCLUDE_DIRECTORIES "${CKPT_XXHASH_INCLUDE_DIR}"
-    INTERFACE_LINK_LIBRARIES "${CKPT_XXHASH_LIBRARY}")
-  foreach(_lib BLOSC LZ4 BZ2)
-    string(TOLOWER "${_lib}" _name)
-    add_library(ckpt_deps::${_name} INTERFACE IMPORTED)
-    set_target_properties(ckpt_deps::${_name} PROPERTIES
-      INTERFACE_INCLUDE_DIRECTORIES "${CKPT_${_lib}_INCLUDE_DIR}"
-      INTERFACE_LINK_LIBRARIES "${CKPT_${_lib}_LIBRARY}")
-  endforeach()
-  add_library(ckpt_deps::snappy INTERFACE IMPORTED)
-  set_target_properties(ckpt_deps::snappy PROPERTIES
-    INTERFACE_INCLUDE_DIRECTORIES "${CKPT_SNAPPY_INCLUDE_DIR}"
-    INTERFACE_LINK_LIBRARIES "${CKPT_SNAPPY_LIBRARY}")
 endif()
 
 # What ckpt (and the test-only single-header variant) link to.
 set(CKPT_DEPS_TARGETS
   ckpt_deps::boost ckpt_deps::msgpack xtensor nlohmann_json::nlohmann_json
-  ckpt_deps::zstd ZLIB::ZLIB ckpt_deps::xxhash ckpt_deps::blosc ckpt_deps::lz4 ckpt_deps::bz2
-  ckpt_deps::snappy Threads::Threads)
+  PkgConfig::CKPT_ZSTD ZLIB::ZLIB PkgConfig::CKPT_XXHASH PkgConfig::CKPT_BLOSC PkgConfig::CKPT_LZ4 BZip2::BZip2
+  PkgConfig::CKPT_SNAPPY Threads::Threads)

@@ -647,10 +647,10 @@ TEST_CASE("files not in the page cache are read as one stream and verified behin
   REQUIRE(big.chunk_bytes == (std::uint64_t{1} << 20));
   std::vector<std::byte> chunks(2 * big.chunk_bytes);
   index->reader()->read_range(*index, big, 12 * big.chunk_bytes, chunks);
-  ckpt::LeafVerifier(*index, big, 12 * big.chunk_bytes).update(std::span(chunks).first(big.chunk_bytes));
-  CHECK_THROWS_WITH_AS(ckpt::LeafVerifier(*index, big, 12 * big.chunk_bytes).update(chunks),
+  ckpt::LeafVerifier(index->checkpoint(), big, 12 * big.chunk_bytes).update(std::span(chunks).first(big.chunk_bytes));
+  CHECK_THROWS_WITH_AS(ckpt::LeafVerifier(index->checkpoint(), big, 12 * big.chunk_bytes).update(chunks),
                        doctest::Contains("checksum mismatch in bytes [13631488, +1048576)"), ckpt::CorruptCheckpointError);
-  CHECK_THROWS_WITH_AS(ckpt::LeafVerifier(*index, big, 12 * big.chunk_bytes + 5),
+  CHECK_THROWS_WITH_AS(ckpt::LeafVerifier(index->checkpoint(), big, 12 * big.chunk_bytes + 5),
                        doctest::Contains("starts none of its checksummed chunks"), ckpt::Error);
 
   // More data files than threads: the stream goes through the five files one after the

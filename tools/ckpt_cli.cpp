@@ -180,7 +180,7 @@ std::vector<Row> object_rows(const fs::path& root) {
     const auto md = loc.storage->read_all(loc.key(name + "/_CHECKPOINT_METADATA"), 1u << 20);
     if (md) {
       json j;
-      try {  // untrusted: nesting bounded (detail/untrusted.hpp)
+      try {  // untrusted: nesting bounded (io/untrusted.hpp)
         j = ckpt::detail::parse_json({reinterpret_cast<const char*>(md->data()), md->size()}, root.string(), name,
                                      "_CHECKPOINT_METADATA");
       } catch (const ckpt::Error&) {  // listed without metrics

@@ -30,12 +30,12 @@
 #include <cstring>
 #include <optional>
 #include <vector>
-#include <ckpt/restore/verifier.hpp>
+#include <ckpt/index/verifier.hpp>
 #endif
 
 namespace ckpt {
 
-class LeafVerifier;  // restore/verifier.hpp, needed only where the stream is defined
+class LeafVerifier;  // index/verifier.hpp, needed only where the stream is defined
 
 struct ConvertResult {
   std::string from;      // the source's format name
@@ -89,7 +89,7 @@ CKPT_API void detail::IndexLeafStream::read(std::uint64_t offset, std::span<std:
       throw CorruptCheckpointError(index_->checkpoint(), e_.path.str(), std::string("cannot read the leaf: ") + x.what());
     }
     if (index_->reader()->has_xxh3()) {  // native; other formats check what they decode
-      if (!verifier_) verifier_ = std::make_unique<LeafVerifier>(*index_, e_);
+      if (!verifier_) verifier_ = std::make_unique<LeafVerifier>(index_->checkpoint(), e_);
       verifier_->update(dst);
     }
   } else {

@@ -1,8 +1,9 @@
 // ckpt/index.hpp — the restore-side pivot: what a checkpoint holds and how to read it.
 //
 // A format turns files into an Index: per leaf, its path, dtype, shape and where its
-// bytes live. Restores, metadata and the command-line tool read through it; a format
-// supplies the one thing that differs, an IndexReader that fetches a leaf's bytes.
+// bytes live (index/entry.hpp). Restores, metadata and the command-line tool read
+// through it; a format supplies the one thing that differs, an IndexReader that fetches
+// a leaf's bytes (index/reader.hpp).
 #pragma once
 
 #include <atomic>
@@ -18,174 +19,20 @@
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
-#include <ckpt/detail/huge_page_allocator.hpp>
-#include <ckpt/detail/out_of_line.hpp>
-#include <ckpt/io/checksum.hpp>
-#include <ckpt/leaf/codec.hpp>
+#include <ckpt/index/entry.hpp>
+#include <ckpt/index/reader.hpp>
 #include <ckpt/tree/path.hpp>
 #include <ckpt/tree/path_order.hpp>
 #include <ckpt/tree/schema.hpp>
 #if CKPT_DEFINE_API
 #include <algorithm>
 #include <cstring>
+#include <ckpt/index/box_read.hpp>
+#include <ckpt/index/verifier.hpp>
+#include <ckpt/io/tile_checksums.hpp>
 #endif
 
 namespace ckpt {
-
-struct IndexBox;
-
-struct IndexEntry {
-  Path path;
-  dtype type = dtype::none;
-  Shape shape;
-  std::string file;  // data file name inside the checkpoint, "" when stored inline
-  std::uint64_t offset = 0;
-  std::uint64_t length = 0;  // bytes
-  // The bytes' encoding: "raw", "inline", a compressor's name (io::codec_name), "zarr3".
-  // A view of a string with static storage (a literal): no leaf owns a copy.
-  std::string_view codec = "raw";
-  std::uint64_t checksum = 0;  // xxh3-64 of the leaf's bytes
-  std::span<const std::byte> inline_bytes;  // into memory the Index keeps alive
-  // A leaf stored as boxes of its global array (Sharded leaves, leaves written by several
-  // processes): shape and length are the whole array's, the bytes are the boxes'.
-  // Out of line (detail/out_of_line.hpp) here and below: most leaves have neither.
-  detail::OutOfLineVector<IndexBox> boxes;  // (no initializer: IndexBox is incomplete here)
-  // Native format v2: the xxh3 of each chunk_bytes-long piece of a leaf
-  // longer than one chunk, so that parts of one leaf are read and verified by several
-  // threads; checksum is then the xxh3 of these (as little-endian u64s). Else empty.
-  std::uint64_t chunk_bytes = 0;
-  detail::OutOfLineVector<std::uint64_t> chunk_xxh3{};
-};
-
-// One stored box of a leaf: its origin in the global array, its bytes (an entry whose
-// shape is the box's), the xxh3 of each box_piece bytes of it when it is larger (so
-// that reading part of a box verifies what it reads), the processes that held it.
-// A box of two or more dimensions larger than a piece also has tile checksums
-// (io/tile_checksums.hpp: tile_bytes of a row by tile_rows rows; else 0 and empty), so
-// that reading a column strip of it verifies what it reads without whole rows.
-struct IndexBox {
-  Shape origin;
-  IndexEntry bytes;
-  std::vector<std::uint64_t> pieces{};
-  std::vector<std::uint32_t> ranks{};
-  std::uint64_t tile_bytes = 0;
-  std::uint64_t tile_rows = 0;
-  std::vector<std::uint64_t> tiles{};
-};
-inline constexpr std::uint64_t box_piece = std::uint64_t{1} << 20;
-
-// An Index's entries: a vector whose buffer, from half a megabyte up (3,000 leaves),
-// lies on huge pages (detail/huge_page_allocator.hpp): the fresh memory of opening
-// 20,000 leaves costs a few faults instead of 830.
-using IndexEntries = std::vector<IndexEntry, detail::HugePageAllocator<IndexEntry>>;
-
-// The xxh3 of each box_piece bytes of a box larger than one piece (else none: the box's
-// own checksum covers it), so that a reader of part of a box verifies what it reads.
-inline std::vector<std::uint64_t> box_piece_checksums(std::span<const std::byte> bytes) {
-  std::vector<std::uint64_t> out;
-  if (bytes.size() <= box_piece) return out;
-  for (std::size_t at = 0; at < bytes.size(); at += box_piece)
-    out.push_back(io::xxh3(bytes.subspan(at, std::min<std::size_t>(box_piece, bytes.size() - at))));
-  return out;
-}
-
-class Index;
-
-// One leaf to read: what exec::ReadQueue hands a reader that reads in batches.
-struct LeafRead {
-  const IndexEntry* entry;
-  std::span<std::byte> dst;
-  bool verify;
-};
-
-// A range of a stored leaf or box to read: bytes [at, at + dst.size()).
-struct LeafRange {
-  std::uint64_t at;
-  std::span<std::byte> dst;
-};
-
-// A piece of a stored leaf (no boxes) to read: bytes [at, at + dst.size()) of *entry.
-struct PieceRead {
-  const IndexEntry* entry;
-  std::uint64_t at;
-  std::span<std::byte> dst;
-};
-
-// How a format fetches a leaf's bytes; it has checked the entry's bounds when opening.
-class IndexReader {
- public:
-  virtual ~IndexReader() = default;
-  // Reads the whole leaf into dst (dst.size() == e.length), verifying its checksum when asked.
-  virtual void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool verify) const = 0;
-  // Whether entries carry the xxh3 of their bytes (checksum, chunk_xxh3), which reads
-  // of a leaf in pieces verify (LeafVerifier); other formats check what they decode.
-  virtual bool has_xxh3() const { return false; }
-  // The fraction of the stored bytes already in the page cache, sampled; 1 when the
-  // reader cannot tell (an object store, a format without files of its own). A restore
-  // whose files are mostly not cached reads them as one sequential stream and verifies
-  // on a second thread behind it (exec::ReadQueue): on this VM, two threads reading
-  // parts of a freshly written, uncached file took twice as long as one stream.
-  virtual double cached_fraction() const { return 1.0; }
-  // Whether read_range reads only the range (boxed reads then read only what they need).
-  virtual bool reads_ranges() const { return false; }
-  // What one more read_range call costs, in bytes read: a read of part of a box weighs
-  // it against the bytes when it chooses between many small ranges and fewer larger
-  // ones. 0 (a file: a pread costs a system call) reads the fewest bytes; an object
-  // store, where each range is a request, says how many bytes a request is worth.
-  virtual std::uint64_t range_overhead() const { return 0; }
-  // Reads bytes [at, at + dst.size()) of a stored leaf or box, unverified.
-  virtual void read_range(const Index& index, const IndexEntry& e, std::uint64_t at, std::span<std::byte> dst) const {
-    std::vector<std::byte> all(e.length);
-    read(index, e, all, false);
-    std::copy(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + dst.size()),
-              dst.begin());
-  }
-  // Reads several ranges of one stored leaf or box, unverified: one read_range each, or
-  // fewer calls where the reader can batch them (the native format: io/batch_read.hpp).
-  virtual void read_ranges(const Index& index, const IndexEntry& e, std::span<const LeafRange> ranges) const {
-    for (const LeafRange& r : ranges) read_range(index, e, r.at, r.dst);
-  }
-  // Reads pieces of stored leaves, unverified, given in the order they lie in the
-  // files: a restore's one stream through files that are not in the page cache
-  // (exec::ReadQueue). A reader whose leaves lie back to back overrides it to read
-  // neighbours with one call: the kernel then issues larger requests (the native
-  // format: a cold file is read faster in 64 MiB calls than in 4-16 MiB ones).
-  virtual void read_in_file_order(const Index& index, std::span<const PieceRead> pieces) const {
-    for (const PieceRead& p : pieces) read_range(index, *p.entry, p.at, p.dst);
-  }
-  // A reader for which many leaves are cheaper fetched together than one by one (an
-  // object store: a few large ranged GETs instead of one request per leaf) says so here
-  // and reads them all in read_batch, returning true; false: read them one by one (the
-  // default). Asked first, so that a restore builds the batch only for such readers: for
-  // 20,000 leaves it is 0.6 MB that a file's reader never looks at.
-  virtual bool reads_in_batches() const { return false; }
-  virtual bool read_batch(const Index& index, std::span<const LeafRead> reads) const {
-    (void)index, (void)reads;
-    return false;
-  }
-  // Reads several whole leaves stored in one piece each (no boxes, no per-chunk
-  // checksums; every dst.size() == entry->length), verifying each when asked. A reader
-  // that fetches neighbouring leaves with one call overrides it (the native format: one
-  // pread of a run of adjacent small leaves into a buffer, instead of one pread each);
-  // the default reads them one by one, through Index::read so that an error
-  // names the leaf it was reading (defined after Index).
-  virtual void read_group(const Index& index, std::span<const LeafRead> reads) const;
-  // Reads the box at `origin` of `shape` of e (a whole stored array, not boxes) into dst
-  // itself, fetching only the stored pieces that meet it (a chunked array: only its
-  // chunks in the box), and returns true; false: Index::read_box reads by byte ranges.
-  virtual bool read_box(const Index& index, const IndexEntry& e, const Shape& origin, const Shape& shape,
-                        std::span<std::byte> dst) const {
-    (void)index, (void)e, (void)origin, (void)shape, (void)dst;
-    return false;
-  }
-  // Whether read_part works for e: the format records per-chunk checksums.
-  virtual bool reads_parts(const IndexEntry&) const { return false; }
-  // Reads bytes [offset, offset + dst.size()) of the leaf (offset on a chunk boundary,
-  // the end on one or at the leaf's end), verifying those chunks when asked.
-  virtual void read_part(const Index&, const IndexEntry&, std::uint64_t, std::span<std::byte>, bool) const {
-    throw Error("this format reads whole leaves only");
-  }
-};
 
 struct IndexInfo {
   std::string format;          // "ckpt-native", later "flax", "t5x", "orbax", "zarr"
@@ -299,15 +146,6 @@ class DeferredReads {
   ~DeferredReads() = default;
 };
 
-}  // namespace ckpt
-
-#if CKPT_DEFINE_API
-#include <ckpt/restore/verifier.hpp>  // needs Index, above; kept out of units that only declare
-#include <ckpt/io/tile_checksums.hpp>
-#endif
-
-namespace ckpt {
-
 #if CKPT_DEFINE_API
 CKPT_API Index::Index(std::string checkpoint, IndexInfo info, IndexEntries entries,
                       std::shared_ptr<const IndexReader> reader, std::shared_ptr<const void> keep_alive)
@@ -352,7 +190,7 @@ CKPT_API void Index::read_pieces(const IndexEntry& e, std::span<std::byte> buf, 
   }
   if (buf.empty() && e.length > 0) throw Error(checkpoint_, e.path.str(), "read_pieces needs a buffer");
   verify = verify && reader_->has_xxh3();
-  LeafVerifier check(*this, e);
+  LeafVerifier check(checkpoint_, e);
   for (std::uint64_t at = 0; at < e.length;) {
     const auto part = buf.first(static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), e.length - at)));
     try {
@@ -420,204 +258,6 @@ CKPT_API void Index::read_group(std::span<const LeafRead> reads) const {
   }
 }
 
-namespace detail {
-struct BoxRun {
-  std::uint64_t src, dst, len;  // bytes [src, src + len) of a stored box go to dst
-};
-
-// The bytes a verified read of runs (in increasing src order) reads a piece at a time:
-// every box_piece bytes any run touches.
-inline std::uint64_t piece_read_bytes(const std::vector<BoxRun>& runs, std::uint64_t length) {
-  std::uint64_t bytes = 0, last = ~std::uint64_t{0};
-  for (const BoxRun& r : runs)
-    for (std::uint64_t p = r.src / box_piece; p <= (r.src + r.len - 1) / box_piece; ++p)
-      if (p != last) bytes += std::min(box_piece, length - p * box_piece), last = p;
-  return bytes;
-}
-
-// Calls f(run, row, begin, end) for every row of a box seen as rows of row_bytes that
-// a run covers, with bytes [begin, end) of that row, in increasing order.
-template <class F>
-void for_each_row_part(const std::vector<BoxRun>& runs, std::uint64_t row_bytes, F&& f) {
-  for (const BoxRun& r : runs) {
-    const std::uint64_t first = r.src / row_bytes, last = (r.src + r.len - 1) / row_bytes;
-    for (std::uint64_t row = first; row <= last; ++row)
-      f(r, row, row == first ? r.src - row * row_bytes : 0, row == last ? r.src + r.len - row * row_bytes : row_bytes);
-  }
-}
-
-// A read by tiles (io/tile_checksums.hpp): per row block, the tile columns [lo, hi) any
-// run touches there, all of whose rows are read (hi == 0: none).
-struct TilePlan {
-  io::TileGrid grid;
-  std::vector<std::uint64_t> lo, hi;
-  std::uint64_t bytes = 0;    // what it reads
-  std::uint64_t ranges = 0;   // in how many read_range calls
-  std::uint64_t largest = 0;  // its largest row block's bytes, one buffer
-
-  TilePlan(const io::TileGrid& g, const std::vector<BoxRun>& runs) : grid(g), lo(g.row_blocks(), ~std::uint64_t{0}), hi(g.row_blocks(), 0) {
-    for_each_row_part(runs, g.row_bytes, [&](const BoxRun&, std::uint64_t row, std::uint64_t a, std::uint64_t e) {
-      const std::uint64_t b = row / g.tile_rows;
-      lo[b] = std::min(lo[b], a / g.tile_bytes);
-      hi[b] = std::max(hi[b], (e - 1) / g.tile_bytes + 1);
-    });
-    for (std::uint64_t b = 0; b < lo.size(); ++b)
-      if (hi[b] > 0) {
-        const std::uint64_t block = rows_in(b) * width(b);
-        bytes += block;
-        ranges += width(b) == g.row_bytes ? 1 : rows_in(b);
-        largest = std::max(largest, block);
-      }
-  }
-  std::uint64_t rows_in(std::uint64_t b) const { return std::min(grid.tile_rows, grid.rows - b * grid.tile_rows); }
-  std::uint64_t width(std::uint64_t b) const {
-    return std::min(hi[b] * grid.tile_bytes, grid.row_bytes) - lo[b] * grid.tile_bytes;
-  }
-};
-
-// A verified read of part of a box by its tiles: each row block's touched tiles read
-// whole (one range per row, or one for the block when they span its rows), verified,
-// then the runs copied out of them.
-inline void read_by_tiles(const Index& index, const IndexReader& reader, const IndexEntry& be, const IndexBox& box,
-                          const TilePlan& plan, const std::vector<BoxRun>& runs, std::span<std::byte> dst) {
-  const io::TileGrid& g = plan.grid;
-  const std::uint64_t L = g.row_bytes, S = g.tile_bytes, cols = g.col_tiles();
-  std::vector<std::byte> buf;
-  std::vector<LeafRange> ranges;
-  std::uint64_t loaded = ~std::uint64_t{0};
-  auto load = [&](std::uint64_t b) {
-    const std::uint64_t r0 = b * g.tile_rows, rows = plan.rows_in(b), w = plan.width(b), c0 = plan.lo[b] * S;
-    buf.resize(rows * w);
-    if (w == L) {
-      reader.read_range(index, be, r0 * L, buf);
-    } else {
-      ranges.clear();
-      for (std::uint64_t i = 0; i < rows; ++i) ranges.push_back({(r0 + i) * L + c0, std::span(buf).subspan(i * w, w)});
-      reader.read_ranges(index, be, ranges);
-    }
-    for (std::uint64_t j = plan.lo[b]; j < plan.hi[b]; ++j) {
-      std::uint64_t h = 0;
-      for (std::uint64_t i = 0; i < rows; ++i) h = io::tile_step(h, std::span(buf).subspan(i * w + (j * S - c0), g.segment(j)));
-      if (h != box.tiles[b * cols + j])
-        throw CorruptCheckpointError(index.checkpoint(), be.path.str(),
-                                     "checksum mismatch in the tile at row " + std::to_string(r0) + ", byte " +
-                                         std::to_string(j * S) + " of the box: the leaf's bytes were altered or torn");
-    }
-    loaded = b;
-  };
-  for_each_row_part(runs, L, [&](const BoxRun& r, std::uint64_t row, std::uint64_t a, std::uint64_t e) {
-    const std::uint64_t b = row / g.tile_rows;
-    if (b != loaded) load(b);
-    const std::uint64_t w = plan.width(b), c0 = plan.lo[b] * S;
-    std::memcpy(dst.data() + r.dst + (row * L + a - r.src), buf.data() + (row - b * g.tile_rows) * w + (a - c0), e - a);
-  });
-}
-
-// A read by tiles holds one row block in memory: at most this much (else by pieces).
-inline constexpr std::uint64_t max_tile_block_bytes = std::uint64_t{64} << 20;
-
-// Unverified runs of a box: read_ranges of them, or, where the reader's range_overhead
-// is worth more than the gap between runs, one range over several (at most
-// max_run_group bytes, through a buffer).
-inline constexpr std::uint64_t max_run_group = std::uint64_t{16} << 20;
-inline void read_runs(const Index& index, const IndexReader& reader, const IndexEntry& be,
-                      const std::vector<BoxRun>& runs, std::span<std::byte> dst, std::uint64_t overhead) {
-  std::vector<std::byte> buf;
-  std::vector<LeafRange> single;  // runs read on their own, handed over in batches
-  for (std::size_t i = 0; i < runs.size();) {
-    std::size_t j = i + 1;
-    while (j < runs.size() && runs[j].src - (runs[j - 1].src + runs[j - 1].len) <= overhead &&
-           runs[j].src + runs[j].len - runs[i].src <= max_run_group)
-      ++j;
-    if (j == i + 1) {
-      single.push_back({runs[i].src, dst.subspan(runs[i].dst, runs[i].len)});
-      if (single.size() == 4096) {
-        reader.read_ranges(index, be, single);
-        single.clear();
-      }
-    } else {
-      const std::uint64_t begin = runs[i].src, end = runs[j - 1].src + runs[j - 1].len;
-      buf.resize(end - begin);
-      reader.read_range(index, be, begin, buf);
-      for (std::size_t k = i; k < j; ++k) std::memcpy(dst.data() + runs[k].dst, buf.data() + (runs[k].src - begin), runs[k].len);
-    }
-    i = j;
-  }
-  if (!single.empty()) reader.read_ranges(index, be, single);
-}
-
-// Reads the part of one stored box (bytes be at origin bo; box: its piece and tile
-// checksums, null for a leaf stored whole) that lies in the wanted box (wo, ws) into
-// dst; returns the elements read.
-inline std::uint64_t read_from_box(const Index& index, const IndexReader& reader, const IndexEntry& be,
-                                   const Shape& bo, const IndexBox* box, const Shape& wo, const Shape& ws,
-                                   std::span<std::byte> dst, bool verify) {
-  std::vector<BoxRun> runs;
-  const std::size_t z = dtype_size(be.type);
-  const std::uint64_t n = for_each_run(bo, be.shape, wo, ws, z, [&](std::uint64_t s, std::uint64_t d, std::uint64_t l) {
-    runs.push_back({s, d, l});
-  });
-  if (n == 0) return 0;
-  const bool whole = n == box_elements(be.shape);
-  if (whole && runs.size() == 1) {
-    reader.read(index, be, dst.subspan(runs[0].dst, runs[0].len), verify);
-    return n;
-  }
-  if (!reader.reads_ranges() || (verify && (whole || be.length <= box_piece))) {
-    std::vector<std::byte> all(be.length);  // what is verified is what was read: the whole box
-    reader.read(index, be, all, verify);
-    for (const BoxRun& r : runs) std::memcpy(dst.data() + r.dst, all.data() + r.src, r.len);
-    return n;
-  }
-  const std::uint64_t overhead = reader.range_overhead();
-  if (!verify) {
-    read_runs(index, reader, be, runs, dst, overhead);
-    return n;
-  }
-  // Part of a large box, verified: by its tiles when they cost less than its pieces (a
-  // column strip of it), else by the pieces the runs touch (rows of it).
-  const std::uint64_t by_pieces = piece_read_bytes(runs, be.length);
-  if (box && !box->tiles.empty()) {
-    const auto grid = io::TileGrid::recorded(be.shape, z, box->tile_bytes, box->tile_rows);
-    if (!grid || grid->count() != box->tiles.size())
-      throw CorruptCheckpointError(index.checkpoint(), be.path.str(), "a stored box's tile checksums do not fit it");
-    const TilePlan plan(*grid, runs);
-    const double by_tiles = static_cast<double>(plan.bytes) + static_cast<double>(plan.ranges) * static_cast<double>(overhead);
-    const double pieces_cost = static_cast<double>(by_pieces) +
-                               static_cast<double>((by_pieces + box_piece - 1) / box_piece) * static_cast<double>(overhead);
-    if (by_tiles < pieces_cost && plan.largest <= max_tile_block_bytes) {
-      read_by_tiles(index, reader, be, *box, plan, runs, dst);
-      return n;
-    }
-  }
-  const std::vector<std::uint64_t> none;
-  const std::vector<std::uint64_t>& pieces = box ? box->pieces : none;
-  if (pieces.size() != (be.length + box_piece - 1) / box_piece)
-    throw CorruptCheckpointError(index.checkpoint(), be.path.str(), "a stored box lacks its piece checksums");
-  std::vector<std::byte> buf(box_piece);
-  std::uint64_t loaded = ~std::uint64_t{0};
-  for (const BoxRun& r : runs) {
-    for (std::uint64_t pos = r.src, out = r.dst, left = r.len; left > 0;) {
-      const std::uint64_t p = pos / box_piece;
-      if (p != loaded) {
-        const std::uint64_t plen = std::min(box_piece, be.length - p * box_piece);
-        reader.read_range(index, be, p * box_piece, std::span(buf).first(plen));
-        if (io::xxh3(std::span(buf).first(plen)) != pieces[p])
-          throw CorruptCheckpointError(index.checkpoint(), be.path.str(),
-                                       "checksum mismatch: the leaf's bytes were altered or torn");
-        loaded = p;
-      }
-      const std::uint64_t take = std::min(left, (p + 1) * box_piece - pos);
-      std::memcpy(dst.data() + out, buf.data() + (pos - p * box_piece), take);
-      pos += take;
-      out += take;
-      left -= take;
-    }
-  }
-  return n;
-}
-}  // namespace detail
-
 CKPT_API void Index::read_box(const IndexEntry& e, const Shape& origin, const Shape& shape, std::span<std::byte> dst,
                               bool verify) const {
   const std::string where = e.path.str();
@@ -634,6 +274,7 @@ CKPT_API void Index::read_box(const IndexEntry& e, const Shape& origin, const Sh
     throw Error(checkpoint_, where, "target holds " + std::to_string(dst.size()) + " bytes, the box " +
                                         std::to_string(want * dtype_size(e.type)));
   if (want == 0) return;
+  const detail::BoxReader boxes{*this, *reader_, checkpoint_};
   std::uint64_t got = 0;
   if (e.boxes.empty()) {
     try {
@@ -645,10 +286,10 @@ CKPT_API void Index::read_box(const IndexEntry& e, const Shape& origin, const Sh
     } catch (const std::exception& x) {
       throw CorruptCheckpointError(checkpoint_, where, std::string("cannot read the box: ") + x.what());
     }
-    got = detail::read_from_box(*this, *reader_, e, Shape(e.shape.size(), 0), nullptr, origin, shape, dst, verify);
+    got = boxes.read_from_box(e, Shape(e.shape.size(), 0), nullptr, origin, shape, dst, verify);
   } else {
     for (const IndexBox& b : e.boxes)
-      got += detail::read_from_box(*this, *reader_, b.bytes, b.origin, &b, origin, shape, dst, verify);
+      got += boxes.read_from_box(b.bytes, b.origin, &b, origin, shape, dst, verify);
   }
   if (got != want)
     throw CorruptCheckpointError(checkpoint_, where,

@@ -4,41 +4,21 @@
 #include <filesystem>
 #include <memory>
 
-#include <ckpt/detail/compile_mode.hpp>
-#include <ckpt/exec/parallel_reads.hpp>
+#include <ckpt/detail/static_error.hpp>
 #include <ckpt/format/native.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/restore/fill.hpp>
+#include <ckpt/restore/from_index.hpp>
 #include <ckpt/restore/table_fill.hpp>
 #include <ckpt/restore/tree.hpp>
-#include <ckpt/detail/static_error.hpp>
+#if CKPT_DEFINE_API
+#include <ckpt/format/native/leaf_table_fill.hpp>  // table_fill(), which restore/table_fill.hpp declares
+#endif
 
 namespace ckpt {
 
 namespace detail {
-// The index a restore reads: the checkpoint's own, or its tree after the caller's transform.
-CKPT_API std::shared_ptr<const Index> index_for(std::shared_ptr<const Index> index, const RestoreOptions& opts);
-// The path of opts.subtree, which must exist in index.
-CKPT_API Path subtree_path(const Index& index, const RestoreOptions& opts);
-// After the fill: reports every missing leaf at once, then runs the queued reads.
-CKPT_API void finish_restore(const FillContext& ctx, exec::ReadQueue& reads);
-
-template <class T>
-void restore_from_index(std::shared_ptr<const Index> index, T& target, const RestoreOptions& opts,
-                        bool check_dynamic_shapes, bool shape_only = false) {
-  node::require_tree<T>();
-  index = index_for(std::move(index), opts);
-  Path path = subtree_path(*index, opts);
-  exec::ReadQueue reads;
-  reads.reserve(index->entries().size());
-  if (opts.progress) reads.set_progress(opts.progress, index->checkpoint());
-  IndexFill ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only, &reads, opts.max_memory},
-                  opts.allow_missing);
-  fill_from_index(target, path, ctx);  // sizes the target and queues the reads
-  finish_restore(ctx, reads);
-}
-
 // A restore of the checkpoint at dir into a typed target: from the native format's leaf
 // table when it serves (restore/table_fill.hpp), else from the checkpoint's Index.
 template <class T>
@@ -98,24 +78,5 @@ T allocate(const std::filesystem::path& dir, const RestoreOptions& opts = {}) {
   return allocate<T>(metadata(dir), opts);
 }
 
-#if CKPT_DEFINE_API
-CKPT_API std::shared_ptr<const Index> detail::index_for(std::shared_ptr<const Index> index, const RestoreOptions& opts) {
-  if (!opts.transform) return index;
-  Tree tree(std::move(index), false);
-  opts.transform(tree);
-  return tree.to_index();
-}
-
-CKPT_API Path detail::subtree_path(const Index& index, const RestoreOptions& opts) {
-  Path path = Path::parse(opts.subtree);
-  if (!path.empty() && !index.has_subtree(path)) throw MissingLeafError(index.checkpoint(), {path.str()});
-  return path;
-}
-
-CKPT_API void detail::finish_restore(const FillContext& ctx, exec::ReadQueue& reads) {
-  if (!ctx.missing.empty()) throw MissingLeafError(ctx.checkpoint(), ctx.missing);
-  reads.run();
-}
-#endif
 
 }  // namespace ckpt

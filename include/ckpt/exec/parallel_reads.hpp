@@ -252,9 +252,9 @@ CKPT_API std::exception_ptr ReadQueue::read_as_stream(ProgressTracker* progress)
       const Job& j = jobs_[i];
       if (!j.group.empty()) {
         for (const LeafRead& r : j.group)
-          if (r.verify) LeafVerifier(index, *r.entry).update(r.dst);
+          if (r.verify) LeafVerifier(index.checkpoint(), *r.entry).update(r.dst);
       } else if (j.verify) {
-        LeafVerifier(index, *j.entry, j.offset).update(j.dst);
+        LeafVerifier(index.checkpoint(), *j.entry, j.offset).update(j.dst);
       }
       if (progress) progress->add(j.bytes(), j.leaves_done());
       return true;

@@ -43,8 +43,8 @@
 
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/detail/static_error.hpp>
-#include <ckpt/detail/untrusted.hpp>
 #include <ckpt/format/interop/flat_names.hpp>
+#include <ckpt/io/untrusted.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/writer.hpp>  // write_piece
@@ -288,7 +288,7 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
                  " bytes)");
   const auto text = all.subspan(8, static_cast<std::size_t>(n));
   if (n == 0 || text[0] != std::byte{'{'}) fail("", "header is not a JSON object");
-  // nesting bounded, parse errors quoted safely (detail/untrusted.hpp)
+  // nesting bounded, parse errors quoted safely (io/untrusted.hpp)
   const json h = ckpt::detail::parse_json({reinterpret_cast<const char*>(text.data()), text.size()}, checkpoint, "",
                                           where + ": header");
   if (!h.is_object()) fail("", "header is not a JSON object");

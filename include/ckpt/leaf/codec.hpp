@@ -31,7 +31,6 @@
 namespace ckpt {
 
 using Shape = std::vector<std::int64_t>;
-struct IndexEntry;
 
 // "[2,3]": shapes as messages show them.
 CKPT_API std::string shape_str(const Shape& s);
@@ -149,8 +148,14 @@ class LeafSource {
   // the checkpoint's dtype, row-major) into dst. Sources over an Index read only the
   // stored bytes that intersect it; this default reads the whole leaf and copies.
   virtual void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst) const;
-  // The Index entry read, when the source has one (its stored boxes, for Sharded leaves).
-  virtual const IndexEntry* index_entry() const { return nullptr; }
+  // Sharded leaves restored into an empty target: the box (origin and shape) that
+  // process `rank` held when the leaf was saved as boxes by several processes. False
+  // when the source records no boxes (the whole array is then read); throws Error when
+  // it does and none was that process's.
+  virtual bool box_held_by(int rank, Shape& origin, Shape& shape) const {
+    (void)rank, (void)origin, (void)shape;
+    return false;
+  }
 
   // The ceiling on memory a read may use beyond its destination (RestoreOptions::max_memory; 0: none).
   virtual std::uint64_t max_memory() const { return 0; }

@@ -18,12 +18,8 @@
 #include <cstddef>
 #include <vector>
 
-#include <ckpt/detail/compile_mode.hpp>
-#include <ckpt/leaf/codec.hpp>
 #include <ckpt/detail/static_error.hpp>
-#if CKPT_DEFINE_API
-#include <ckpt/index.hpp>
-#endif
+#include <ckpt/leaf/codec.hpp>
 
 namespace ckpt {
 
@@ -63,23 +59,11 @@ class BoxSource final : public LeafSource {
 };
 
 // The box an empty Sharded target takes: the one `rank` held at save time, else the whole array.
-CKPT_API void choose_box(const LeafSource& src, int rank, Shape& origin, Shape& shape);
-#if CKPT_DEFINE_API
-CKPT_API void choose_box(const LeafSource& src, int rank, Shape& origin, Shape& shape) {
+inline void choose_box(const LeafSource& src, int rank, Shape& origin, Shape& shape) {
+  if (rank >= 0 && src.box_held_by(rank, origin, shape)) return;
   origin.assign(src.shape().size(), 0);
   shape = src.shape();
-  const IndexEntry* e = src.index_entry();
-  if (rank < 0 || !e || e->boxes.empty()) return;
-  for (const IndexBox& b : e->boxes)
-    for (auto r : b.ranks)
-      if (static_cast<int>(r) == rank) {
-        origin = b.origin;
-        shape = b.bytes.shape;
-        return;
-      }
-  throw Error(src.checkpoint(), src.path(), "process " + std::to_string(rank) + " held no box of this leaf when it was saved");
 }
-#endif
 
 }  // namespace detail
 

@@ -38,7 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/detail/untrusted.hpp>
+#include <ckpt/io/untrusted.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/exec/async_save.hpp>
 #include <ckpt/exec/executor.hpp>

@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/detail/untrusted.hpp>
+#include <ckpt/io/untrusted.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/options.hpp>

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/detail/untrusted.hpp>
+#include <ckpt/io/untrusted.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/io/staging_dir.hpp>
@@ -48,7 +48,7 @@ inline void drop_step_items(const std::filesystem::path& dir, const std::vector<
   const auto file = dir / step_metadata_file;
   const auto bytes = io::read_file(file, max_step_metadata_bytes);
   nlohmann::json j;
-  try {  // bounded: the file is untrusted (detail/untrusted.hpp)
+  try {  // bounded: the file is untrusted (io/untrusted.hpp)
     j = ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dir.string(), "",
                                  step_metadata_file);
   } catch (const Error&) {  // unreadable: nothing to drop from it

@@ -67,7 +67,7 @@ class IndexLeafSource final : public LeafSource {
   void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst) const override {
     index_->read_box(e_, origin, shape, dst, settings_.verify_checksums);
   }
-  const IndexEntry* index_entry() const override { return &e_; }
+  bool box_held_by(int rank, Shape& origin, Shape& shape) const override;
   std::uint64_t max_memory() const override { return settings_.max_memory; }
   void read_pieces(std::size_t piece,
                    const std::function<void(std::uint64_t, std::span<const std::byte>)>& fn) const override;
@@ -86,6 +86,18 @@ class IndexLeafSource final : public LeafSource {
 
 #if CKPT_DEFINE_API
 CKPT_API IndexLeafSource::~IndexLeafSource() = default;
+CKPT_API bool IndexLeafSource::box_held_by(int rank, Shape& origin, Shape& shape) const {
+  if (e_.boxes.empty()) return false;
+  for (const IndexBox& b : e_.boxes)
+    for (auto r : b.ranks)
+      if (static_cast<int>(r) == rank) {
+        origin = b.origin;
+        shape = b.bytes.shape;
+        return true;
+      }
+  throw Error(index_->checkpoint(), e_.path.str(),
+              "process " + std::to_string(rank) + " held no box of this leaf when it was saved");
+}
 CKPT_API void IndexLeafSource::read_pieces(
     std::size_t piece, const std::function<void(std::uint64_t, std::span<const std::byte>)>& fn) const {
   if (!index_->reads_pieces(e_)) return LeafSource::read_pieces(piece, fn);  // whole, within max_memory or refused

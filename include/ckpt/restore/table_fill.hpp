@@ -7,7 +7,8 @@
 // directory fills it from the format's leaf table instead (format/native/leaf_table.hpp):
 // flat records whose paths and shapes are views into the manifest, matched in place as
 // the target is walked. The table answers the fill's questions (a FillContext) and runs
-// the reads in finish() (format/native/leaf_table_fill.hpp).
+// the reads in finish(). The native format defines both, and table_fill(), in
+// format/native/leaf_table_fill.hpp, a layer above this one: restore.hpp includes it.
 #pragma once
 
 #include <filesystem>
@@ -44,7 +45,3 @@ CKPT_API std::unique_ptr<TableFill> table_fill(const std::filesystem::path& dir,
                                                bool check_dynamic_shapes);
 
 }  // namespace ckpt::detail
-
-#if CKPT_DEFINE_API
-#include <ckpt/format/native/leaf_table_fill.hpp>
-#endif

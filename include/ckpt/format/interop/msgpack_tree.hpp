@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/detail/msgpack.hpp>
+#include <ckpt/format/msgpack.hpp>
 #include <ckpt/exec/progress_tracker.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/io/file.hpp>

@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include <ckpt/detail/msgpack.hpp>
+#include <ckpt/format/msgpack.hpp>
 #include <ckpt/format/native/leaf_records.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/io/checksum.hpp>

@@ -18,7 +18,7 @@
 
 #include <ckpt/error.hpp>
 #include <ckpt/index.hpp>
-#include <ckpt/restore/verifier.hpp>
+#include <ckpt/index/verifier.hpp>
 #include <ckpt/storage/storage.hpp>
 
 namespace ckpt::native_format {
@@ -26,7 +26,7 @@ namespace ckpt::native_format {
 class ObjectReader final : public IndexReader {
   // Against the leaf's xxh3, or its chunks' (format v2).
   static void check(const Index& index, const IndexEntry& e, std::span<const std::byte> bytes) {
-    LeafVerifier(index, e).update(bytes);
+    LeafVerifier(index.checkpoint(), e).update(bytes);
   }
 
  public:

@@ -23,7 +23,7 @@
 
 #include <ckpt/format/tf/bundle.hpp>
 #include <ckpt/options.hpp>
-#include <ckpt/restore.hpp>
+#include <ckpt/restore/from_index.hpp>
 #include <ckpt/restore/tree.hpp>
 
 namespace ckpt::tf {

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ckpt/detail/untrusted.hpp>
+#include <ckpt/io/untrusted.hpp>
 #include <ckpt/error.hpp>
 #include <ckpt/io/codec.hpp>
 #include <ckpt/io/file.hpp>

@@ -1,4 +1,4 @@
-// ckpt/detail/msgpack.hpp — msgpack-cxx without Boost, plus strict readers for
+// ckpt/format/msgpack.hpp — msgpack-cxx without Boost, plus strict readers for
 // untrusted msgpack: every access checks the type and throws CorruptCheckpointError.
 #pragma once
 

@@ -1,8 +1,8 @@
-// ckpt/detail/untrusted.hpp — what a checkpoint's files may hold, bounded where they
+// ckpt/io/untrusted.hpp — what a checkpoint's files may hold, bounded where they
 // are parsed, and untrusted values quoted for messages.
 //
 // Everything read from a checkpoint is untrusted. JSON is parsed here only, with the
-// nesting bounded (max_nesting levels, as msgpack is in detail/msgpack.hpp), so that
+// nesting bounded (max_nesting levels, as msgpack is in format/msgpack.hpp), so that
 // nothing downstream (a copy, a comparison, dump()) can recurse without bound; strings
 // and counts are bounded by the file size each reader caps. Values going into a message
 // are quoted by quote() (detail/quote.hpp) and describe(): a bounded prefix, valid UTF-8, no NUL, never a

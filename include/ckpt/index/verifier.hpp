@@ -1,4 +1,4 @@
-// ckpt/restore/verifier.hpp — checks a leaf's bytes that arrive in pieces.
+// ckpt/index/verifier.hpp — checks a leaf's bytes that arrive in pieces.
 //
 // Reading a leaf through a buffer smaller than the leaf (Index::read_pieces under
 // RestoreOptions::max_memory, the streams of ckpt::convert) still verifies every byte:
@@ -12,22 +12,20 @@
 #include <string>
 
 #include <ckpt/error.hpp>
+#include <ckpt/index/entry.hpp>
 #include <ckpt/io/checksum.hpp>
 
 namespace ckpt {
-
-// Declared before index.hpp is included: Index::read_pieces, which index.hpp defines,
-// uses LeafVerifier, and index.hpp includes this header for it.
-class Index;
-struct IndexEntry;
 
 // Checks a leaf's bytes that arrive front to back in pieces of any size, against the
 // entry's chunk checksums (format v2) as each chunk completes, or its xxh3 at the end.
 class LeafVerifier {
  public:
   // From byte `start` of the leaf on: 0, or the start of a chunk of a leaf with chunk
-  // checksums (a part of the leaf, read on its own). Else throws ckpt::Error.
-  LeafVerifier(const Index& index, const IndexEntry& e, std::uint64_t start = 0);
+  // checksums (a part of the leaf, read on its own). Else throws ckpt::Error. Errors
+  // name `checkpoint` (the Index's: it outlives the verifier, as e does).
+  LeafVerifier(const std::string& checkpoint, const IndexEntry& e, std::uint64_t start = 0);
+  LeafVerifier(std::string&&, const IndexEntry&, std::uint64_t = 0) = delete;  // it keeps a reference
   // The next bytes of the leaf, in order; throws CorruptCheckpointError at the first
   // chunk (or, unchunked, the last byte) whose checksum does not match.
   void update(std::span<const std::byte> bytes);
@@ -35,28 +33,23 @@ class LeafVerifier {
  private:
   [[noreturn]] void fail(const std::string& where) const;
   void check_chunk(std::uint64_t digest, std::uint64_t size);
-  const Index& index_;
+  const std::string& checkpoint_;
   const IndexEntry& e_;
   std::uint64_t seen_ = 0, chunk_fill_ = 0;
   std::size_t chunk_ = 0;
   io::Xxh3Stream hash_;
 };
 
-}  // namespace ckpt
-
-#include <ckpt/index.hpp>
-
-namespace ckpt {
-
 inline void LeafVerifier::fail(const std::string& where) const {
-  throw CorruptCheckpointError(index_.checkpoint(), e_.path.str(),
+  throw CorruptCheckpointError(checkpoint_, e_.path.str(),
                                "checksum mismatch" + where + ": the leaf's bytes were altered or torn");
 }
 
-inline LeafVerifier::LeafVerifier(const Index& index, const IndexEntry& e, std::uint64_t start) : index_(index), e_(e) {
+inline LeafVerifier::LeafVerifier(const std::string& checkpoint, const IndexEntry& e, std::uint64_t start)
+    : checkpoint_(checkpoint), e_(e) {
   if (start == 0) return;
   if (e.chunk_xxh3.empty() || e.chunk_bytes == 0 || start % e.chunk_bytes != 0 || start > e.length)
-    throw Error(index.checkpoint(), e.path.str(),
+    throw Error(checkpoint, e.path.str(),
                 "checking the leaf from byte " + std::to_string(start) + ", which starts none of its checksummed chunks");
   seen_ = start;
   chunk_ = static_cast<std::size_t>(start / e.chunk_bytes);
