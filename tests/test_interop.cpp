@@ -145,8 +145,10 @@ for name, dt, shape in [("kernel", "<f8", (10, 5)), ("bias", "<f4", (5,)), ("ste
   };
   struct Opt {
     State state;
+    std::map<std::string, float> target{{"stale", 1.0f}};  // an empty node in this checkpoint
   };
   const auto s = ckpt::restore<Opt>(fixture);
+  CHECK(s.target.empty());
   CHECK(s.state.step == 1);
   CHECK(s.state.param_states.kernel.shape()[0] == 10);
   CHECK(s.state.param_states.bias.size() == 5);

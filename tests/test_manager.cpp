@@ -202,8 +202,16 @@ TEST_CASE("manager: save, all_steps, latest_step, restore, restore_into") {
   into.w.assign(into.w.size(), 0.0f);
   mgr.restore_into(2, into);
   CHECK(same(into, make_state(2)));
-  // partial restore options pass through
-  CHECK(ckpt::CheckpointManager<StepOnly>(tmp / "run", {.read_only = true}).restore(2).step == 2);
+  // A manager of a smaller state (an older version): its restores are strict, and the
+  // options pass through, .partial among them.
+  ckpt::CheckpointManager<StepOnly> smaller(tmp / "run", {.read_only = true});
+  CHECK_THROWS_CKPT(smaller.restore(2), ckpt::UnusedLeafError,
+                    "/2: the target does not use 3 leaves of the checkpoint: w, rng, note; restore a part on purpose");
+  CHECK(smaller.restore(2, {.partial = true}).step == 2);
+  StepOnly only;
+  CHECK_THROWS_CKPT(smaller.restore_into(5, only), ckpt::UnusedLeafError, "w, rng, note");
+  smaller.restore_into(5, only, {.partial = true});
+  CHECK(only.step == 5);
 
   try {
     mgr.restore(3);
@@ -506,6 +514,17 @@ TEST_CASE("manager: items beside the state, restorable on their own") {
   mgr.restore_item_into(10, "dataset", into);
   CHECK(into.offset == 1234);
   CHECK(mgr.item_json(10, "config") == config);
+  // An item restores strictly too: a part of it only on purpose.
+  struct EpochOnly {
+    std::int64_t epoch = 0;
+  };
+  CHECK_THROWS_CKPT(mgr.restore_item<EpochOnly>(10, "dataset"), ckpt::UnusedLeafError,
+                    "the target does not use 1 leaf of the checkpoint: offset");
+  CHECK(mgr.restore_item<EpochOnly>(10, "dataset", {.partial = true}).epoch == 3);
+  EpochOnly epoch;
+  CHECK_THROWS_CKPT(mgr.restore_item_into(10, "dataset", epoch), ckpt::UnusedLeafError, "offset");
+  mgr.restore_item_into(10, "dataset", epoch, {.partial = true});
+  CHECK(epoch.epoch == 3);
   // plain files: a checkpoint and a JSON file inside the step
   CHECK(ckpt::restore<DataPosition>(tmp / "10" / "items" / "dataset").epoch == 3);
   CHECK(fs::is_regular_file(tmp / "10" / "items" / "config.json"));

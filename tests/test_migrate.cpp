@@ -94,6 +94,25 @@ TEST_CASE("a migration restores an old checkpoint into the new struct") {
   check_v2(into);
 }
 
+TEST_CASE("a migration restores strictly: what it drops is used, a leaf outside the old type is not") {
+  test::TempDir tmp;
+  // m12 drops dropped_note on purpose and moves dense, mu and lr: no .partial needed
+  // (the restore reads the whole old value, which the migration then consumes).
+  ckpt::save(tmp / "v1", make_v1());
+  check_v2(ckpt::restore<StateV2>(tmp / "v1", m12));
+  const StateV3 v3 = ckpt::restore<StateV3>(tmp / "v1", ckpt::chain(m12, m23));
+  CHECK(v3.encoder.kernel == xt::xtensor<double, 1>{1, 2, 3, 4, 5, 6});
+  // A leaf beside the old type's (added by a save transform) is used by neither version.
+  ckpt::save(tmp / "extra", make_v1(), {.transform = [](ckpt::Snapshot& s) { s.set("extra", std::vector<int>{1}); }});
+  CHECK_THROWS_CKPT(ckpt::restore<StateV2>(tmp / "extra", m12), ckpt::UnusedLeafError,
+                    "the target does not use 1 leaf of the checkpoint: extra");
+  CHECK_THROWS_CKPT(ckpt::restore<StateV3>(tmp / "extra", ckpt::chain(m12, m23)), ckpt::UnusedLeafError, "extra");
+  check_v2(ckpt::restore<StateV2>(tmp / "extra", m12, {.partial = true}));
+  StateV2 into;
+  ckpt::restore_into(tmp / "extra", into, m12, {.partial = true});
+  check_v2(into);
+}
+
 TEST_CASE("a migration also accepts a checkpoint already in the new version") {
   test::TempDir tmp;
   ckpt::save(tmp / "v1", make_v1());
@@ -148,6 +167,7 @@ TEST_CASE("dynamic transforms edit the tree before the restore and the snapshot 
         t.rename("mu", "first_moment");
         t.rename("lr", "schedule.lr");
         t.erase("dropped_note");
+        t.erase("seed");  // gone in version 3
         const auto k = t.leaf("encoder.kernel").as<xt::xarray<double>>();
         t.set("encoder.kernel", xt::xtensor<double, 1>(xt::flatten(k)));
         t.set("schedule.warmup", std::int64_t{99});

@@ -137,10 +137,149 @@ TEST_CASE("a subtree restores into a type of its own") {
                     "missing from the checkpoint");
 }
 
-TEST_CASE("a target with fewer fields restores the fields it has") {
+// A model of N layers (a tuple: its size is the target's, not the checkpoint's).
+struct Layer {
+  std::vector<float> w, b;
+  bool operator==(const Layer&) const = default;
+};
+template <std::size_t... I>
+auto layers_of(std::index_sequence<I...>) -> std::tuple<decltype((void)I, Layer{})...>;
+template <std::size_t N>
+using Layers = decltype(layers_of(std::make_index_sequence<N>{}));
+template <std::size_t N>
+struct Model {
+  Layers<N> layers;
+  std::vector<float> head;
+};
+struct Headless {
+  Layers<16> layers;
+};
+
+Model<16> model16() {
+  Model<16> m;
+  float k = 0;
+  std::apply([&](auto&... l) { ((l.w = {k, k + 0.5f}, l.b = {-k}, k += 1), ...); }, m.layers);
+  m.head = {7, 8, 9};
+  return m;
+}
+
+// Both restore paths: ckpt::restore reads a local native checkpoint through its leaf
+// table; restore_from_index through its Index (as any other format or storage).
+template <class T>
+T via_index(const std::filesystem::path& dir, const ckpt::RestoreOptions& opts = {}) {
+  T value{};
+  ckpt::detail::restore_from_index(ckpt::open_index(dir), value, opts, false);
+  return value;
+}
+
+TEST_CASE("strict restores: a target that leaves checkpoint leaves unused is refused, naming them") {
   test::TempDir tmp;
-  ckpt::save(tmp / "c", make_state());
-  CHECK(ckpt::restore<StepOnly>(tmp / "c").step == 1234);
+  const Model<16> m = model16();
+  ckpt::save(tmp / "c", m);
+  const std::string dir = (tmp / "c").string();
+  for (const bool table : {true, false}) {
+    CAPTURE(table);
+    const auto restore = [&]<class T>(std::type_identity<T>, const ckpt::RestoreOptions& o = {}) {
+      return table ? ckpt::restore<T>(tmp / "c", o) : via_index<T>(tmp / "c", o);
+    };
+    // A 12-layer model from a 16-layer checkpoint: layers 12 to 15 named, and counted.
+    try {
+      (void)restore(std::type_identity<Model<12>>{});
+      FAIL("restored 12 of 16 layers without asking");
+    } catch (const ckpt::UnusedLeafError& e) {
+      CHECK(e.checkpoint() == dir);
+      CHECK(e.unused_count() == 8);
+      CHECK(e.unused_paths() == std::vector<std::string>{"layers.12.w", "layers.12.b", "layers.13.w", "layers.13.b",
+                                                         "layers.14.w", "layers.14.b", "layers.15.w", "layers.15.b"});
+      CHECK(std::string(e.what()) == dir + ": the target does not use 8 leaves of the checkpoint: layers.12.w, "
+                                           "layers.12.b, layers.13.w, layers.13.b, layers.14.w, layers.14.b, "
+                                           "layers.15.w, layers.15.b; restore a part on purpose with "
+                                           "RestoreOptions{.partial = true}");
+    }
+    // A struct that lacks the head.
+    CHECK_THROWS_CKPT(restore(std::type_identity<Headless>{}), ckpt::UnusedLeafError,
+                      ": the target does not use 1 leaf of the checkpoint: head; restore a part on purpose");
+    // More than the message names: the first ones, and how many are left.
+    try {
+      (void)restore(std::type_identity<StepOnly>{}, {.allow_missing = true});
+      FAIL("restored 1 field of 33 leaves without asking");
+    } catch (const ckpt::UnusedLeafError& e) {
+      CHECK(e.unused_count() == 33);
+      CHECK(e.unused_paths().size() == ckpt::UnusedLeafError::named);
+      CHECK(e.unused_paths().front() == "layers.0.w");
+      CHECK(std::string(e.what()).find("layers.3.b, ... (25 more); restore a part") != std::string::npos);
+    }
+
+    // .partial = true restores the part on purpose.
+    const Model<12> part = restore(std::type_identity<Model<12>>{}, {.partial = true});
+    CHECK(std::get<11>(part.layers).w == std::get<11>(m.layers).w);
+    CHECK(std::get<0>(part.layers).b == std::get<0>(m.layers).b);
+    CHECK(part.head == m.head);
+    CHECK(restore(std::type_identity<Headless>{}, {.partial = true}).layers == m.layers);
+    // The whole model is strict and restores.
+    const Model<16> whole = restore(std::type_identity<Model<16>>{});
+    CHECK(whole.layers == m.layers);
+    CHECK(whole.head == m.head);
+
+    // A subtree: strict within it, the leaves outside it are not unused.
+    CHECK(restore(std::type_identity<Layers<16>>{}, {.subtree = "layers"}) == m.layers);
+    CHECK(restore(std::type_identity<Layer>{}, {.subtree = "layers.3"}).w == std::get<3>(m.layers).w);
+    CHECK(restore(std::type_identity<std::vector<float>>{}, {.subtree = "head"}) == m.head);
+    try {
+      (void)restore(std::type_identity<Layers<12>>{}, {.subtree = "layers"});
+      FAIL("restored 12 of the subtree's 16 layers without asking");
+    } catch (const ckpt::UnusedLeafError& e) {
+      CHECK(e.unused_count() == 8);  // not the head
+      CHECK(e.unused_paths().front() == "layers.12.w");
+    }
+    CHECK(std::get<11>(restore(std::type_identity<Layers<12>>{}, {.subtree = "layers", .partial = true})).w ==
+          std::get<11>(m.layers).w);
+  }
+
+  // restore_into refuses the same.
+  Model<12> into;
+  std::apply([](auto&... l) { ((l.w = {-1.0f, -1.0f}, l.b = {-1.0f}), ...); }, into.layers);
+  into.head = {-1, -1, -1};
+  CHECK_THROWS_CKPT(ckpt::restore_into(tmp / "c", into), ckpt::UnusedLeafError, "layers.12.w");
+  ckpt::restore_into(tmp / "c", into, {.partial = true});
+  CHECK(std::get<3>(into.layers).w == std::get<3>(m.layers).w);
+  CHECK(into.head == m.head);
+
+  // A transform's tree is what the target must use: dropping the extra layers on purpose.
+  const auto drop = [](ckpt::Tree& t) {
+    for (int i = 12; i < 16; ++i) t.erase("layers." + std::to_string(i));
+  };
+  CHECK(ckpt::restore<Model<12>>(tmp / "c", {.transform = drop}).head == m.head);
+}
+
+TEST_CASE("strict restores: empty lists, maps and optionals, lazy and Sharded leaves are used") {
+  test::TempDir tmp;
+  struct Holder {
+    std::vector<float> empty_list;
+    std::vector<std::vector<float>> no_items;
+    std::map<std::string, float> no_keys;
+    std::optional<std::vector<float>> unset;
+    ckpt::lazy<std::vector<float>> later;
+    ckpt::Sharded<std::vector<float>> part;
+  };
+  Holder h;
+  h.later = std::vector<float>{1, 2};
+  h.part.local = {1, 2, 3, 4};
+  h.part.global_shape = {4};
+  h.part.offset = {0};
+  ckpt::save(tmp / "c", h);
+  for (const bool table : {true, false}) {
+    CAPTURE(table);
+    Holder back;
+    back.part.global_shape = {4};
+    back.part.offset = {1};
+    back.part.local.resize(2);
+    if (table) ckpt::restore_into(tmp / "c", back);
+    else ckpt::detail::restore_from_index(ckpt::open_index(tmp / "c"), back, {}, true);
+    CHECK(back.later.get() == std::vector<float>{1, 2});
+    CHECK(back.part.local == std::vector<float>{2, 3});
+    CHECK_FALSE(back.unset.has_value());
+  }
 }
 
 TEST_CASE("leaves the checkpoint lacks: MissingLeafError naming every one, or kept with allow_missing") {
@@ -451,10 +590,12 @@ TEST_CASE("restore under max_memory: a leaf cast to another dtype is converted a
   Kernel k;
   const auto fixture = std::filesystem::path(CKPT_FIXTURES_DIR) / "t5x/tiny_t5/checkpoint_1";
   CHECK_THROWS_CKPT(ckpt::restore_into(fixture, k,
-                                       {.subtree = "state.param_states", .restore_dtype = ckpt::dtype::float32,
-                                        .max_memory = 100}),
+                                       {.subtree = "state.param_states", .partial = true,
+                                        .restore_dtype = ckpt::dtype::float32, .max_memory = 100}),
                     ckpt::Error, "more than max_memory");
-  ckpt::restore_into(fixture, k, {.subtree = "state.param_states", .restore_dtype = ckpt::dtype::float32, .max_memory = 4096});
+  ckpt::restore_into(fixture, k,
+                     {.subtree = "state.param_states", .partial = true, .restore_dtype = ckpt::dtype::float32,
+                      .max_memory = 4096});
   CHECK(k.kernel.shape()[0] == 10);
 }
 
@@ -581,7 +722,7 @@ TEST_CASE("a local native checkpoint restores through its leaf table, as through
     CHECK(std::string(e.what()).find("missing_a") != std::string::npos);
     CHECK(std::string(e.what()).find("missing_b") != std::string::npos);
   }
-  const Extra kept = ckpt::restore<Extra>(tmp / "c", {.allow_missing = true});
+  const Extra kept = ckpt::restore<Extra>(tmp / "c", {.partial = true, .allow_missing = true});
   CHECK(kept.step == 41);
   CHECK(kept.missing_b == 5);
 

@@ -767,6 +767,53 @@ TEST_CASE("mpi np2: a rank failing mid-save leaves no checkpoint, every rank hea
   CHECK_FALSE(fs::exists(dir / "3"));
 }
 
+TEST_CASE("mpi np2: restores are strict on every rank: a target that leaves leaves unused is refused, or partial") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  ckpt::mpi::save(world, dir / "c", rows_of(8, 4, world.rank(), 2));
+  struct NoBias {
+    std::int64_t step = 0;
+    ckpt::Sharded<xt::xtensor<float, 2>> w;
+  };
+  // The saved layout: every rank refuses a target without bias, naming it.
+  try {
+    (void)ckpt::mpi::restore<NoBias>(world, dir / "c");
+    FAIL("restored without bias, not asked to");
+  } catch (const ckpt::UnusedLeafError& e) {
+    CHECK(e.unused_count() == 1);
+    CHECK(e.unused_paths() == std::vector<std::string>{"bias"});
+    CHECK(std::string(e.what()).find("the target does not use 1 leaf of the checkpoint: bias") != std::string::npos);
+  }
+  const NoBias part = ckpt::mpi::restore<NoBias>(world, dir / "c", {.partial = true});
+  CHECK(part.step == 42);
+  CHECK(part.w.local == rows_of(8, 4, world.rank(), 2).w.local);
+
+  // Another layout, read by every rank or loaded by rank 0 and broadcast.
+  NoBias into;
+  into.w = cols_target(8, 4, world.rank(), 2).w;
+  CHECK_THROWS_CKPT(ckpt::mpi::restore_into(world, dir / "c", into), ckpt::UnusedLeafError, "bias");
+  CHECK_THROWS_CKPT(ckpt::mpi::restore_into(world, dir / "c", into, {.load_and_broadcast = true}),
+                    ckpt::UnusedLeafError, "bias");
+  ckpt::mpi::restore_into(world, dir / "c", into, {.partial = true, .load_and_broadcast = true});
+  const auto [c0, nc] = split(4, 2, static_cast<std::size_t>(world.rank()));
+  CHECK(into.step == 42);
+  CHECK(into.w.local == box(8, 4, 0, 8, c0, nc).local);
+  // The whole state uses every leaf, its Sharded one too.
+  ShardedState whole = cols_target(8, 4, world.rank(), 2);
+  ckpt::mpi::restore_into(world, dir / "c", whole);
+  CHECK(whole.bias == std::vector<double>{0.5, 1.5, 2.5});
+
+  // The manager across ranks: the same, .partial passed through.
+  {
+    ckpt::mpi::CheckpointManager<ShardedState> mgr(world, dir / "run");
+    mgr.save(1, rows_of(8, 4, world.rank(), 2));
+    mgr.wait_until_finished();
+  }
+  ckpt::mpi::CheckpointManager<NoBias> smaller(world, dir / "run", {.read_only = true});
+  CHECK_THROWS_CKPT(smaller.restore(1), ckpt::UnusedLeafError, "bias");
+  CHECK(smaller.restore(1, {.partial = true}).w.local == rows_of(8, 4, world.rank(), 2).w.local);
+}
+
 TEST_CASE("mpi np2: the manager across ranks: same steps everywhere, retention by rank 0, async saves") {
   const ckpt::mpi::Comm world(MPI_COMM_WORLD);
   SharedDir dir(world);

@@ -6,6 +6,8 @@
 // (a map key holds anything) is written as \0, so that what() is never cut short.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -84,6 +86,25 @@ class MissingLeafError : public ErrorKind<MissingLeafError> {
   static std::string join(const std::vector<std::string>& v);
   static std::string summary(const std::vector<std::string>& v);
   std::vector<std::string> missing_;
+};
+
+// Leaves of the checkpoint that the target does not use, refused unless the restore
+// asks for a part (RestoreOptions::partial): a model with fewer layers than its
+// checkpoint, a struct that lacks a field. Names the first few and counts them all.
+class UnusedLeafError : public ErrorKind<UnusedLeafError> {
+ public:
+  static constexpr std::size_t named = 8;  // paths listed in the message
+
+  UnusedLeafError(std::string checkpoint, std::vector<std::string> first, std::uint64_t count)
+      : ErrorKind(std::move(checkpoint), "", summary(first, count)), first_(std::move(first)), count_(count) {}
+  // The first unused paths (at most `named`) and how many there are in all.
+  const std::vector<std::string>& unused_paths() const noexcept { return first_; }
+  std::uint64_t unused_count() const noexcept { return count_; }
+
+ private:
+  static std::string summary(const std::vector<std::string>& first, std::uint64_t count);
+  std::vector<std::string> first_;
+  std::uint64_t count_ = 0;
 };
 
 class ShapeMismatchError : public ErrorKind<ShapeMismatchError> {
@@ -173,6 +194,13 @@ CKPT_API std::string MissingLeafError::join(const std::vector<std::string>& v) {
 CKPT_API std::string MissingLeafError::summary(const std::vector<std::string>& v) {
   return v.size() == 1 ? "leaf missing from the checkpoint"
                        : std::to_string(v.size()) + " leaves missing from the checkpoint";
+}
+CKPT_API std::string UnusedLeafError::summary(const std::vector<std::string>& first, std::uint64_t count) {
+  std::string s = count == 1 ? "the target does not use 1 leaf of the checkpoint: "
+                             : "the target does not use " + std::to_string(count) + " leaves of the checkpoint: ";
+  for (std::size_t i = 0; i < first.size(); ++i) s += (i ? ", " : "") + (first[i].empty() ? std::string("<root>") : first[i]);
+  if (count > first.size()) s += ", ... (" + std::to_string(count - first.size()) + " more)";
+  return s + "; restore a part on purpose with RestoreOptions{.partial = true}";
 }
 #endif
 

@@ -43,6 +43,10 @@ struct SaveOptions {
 struct RestoreOptions {
   // Restore the checkpoint's subtree at this dotted path into the target ("" is the root).
   std::string subtree{};
+  // Restore a part of the checkpoint on purpose: without it, a restore whose target
+  // leaves some of the checkpoint's leaves unused (under subtree, when one is given)
+  // throws UnusedLeafError naming them.
+  bool partial = false;
   // Keep the target's value for leaves the checkpoint lacks instead of throwing MissingLeafError.
   bool allow_missing = false;
   // Verify every leaf's xxh3 checksum (costs one pass over the bytes at memory speed).

@@ -35,22 +35,28 @@ namespace detail {
 // The kinds of ckpt::Error (error.hpp) a failure agreed on keeps across ranks.
 enum class ErrorCode : std::uint8_t {
   other, error, missing_leaf, shape_mismatch, dtype_mismatch, corrupt, root_locked, step_exists, no_such_step,
-  background_save, background_timeout, read_only, cancelled
+  background_save, background_timeout, read_only, cancelled, unused_leaf
 };
 
 // One rank's failure, sent to every rank: its kind, its what(), and the paths of a
-// MissingLeafError. Empty text: no failure.
+// MissingLeafError (or an UnusedLeafError's first paths, with their count). Empty
+// text: no failure.
 struct Failure {
   ErrorCode code = ErrorCode::other;
   std::string text;
   std::vector<std::string> missing;
+  std::uint64_t count = 0;
 
   static Failure of(const std::exception& e) {
-    Failure f{ErrorCode::other, e.what(), {}};
+    Failure f{ErrorCode::other, e.what(), {}, 0};
     if (f.text.empty()) f.text = "an exception with no message";
     if (const auto* m = dynamic_cast<const MissingLeafError*>(&e)) {
       f.code = ErrorCode::missing_leaf;
       f.missing = m->missing_paths();
+    } else if (const auto* u = dynamic_cast<const UnusedLeafError*>(&e)) {
+      f.code = ErrorCode::unused_leaf;
+      f.missing = u->unused_paths();
+      f.count = u->unused_count();
     }
     else if (dynamic_cast<const ShapeMismatchError*>(&e)) f.code = ErrorCode::shape_mismatch;
     else if (dynamic_cast<const DtypeMismatchError*>(&e)) f.code = ErrorCode::dtype_mismatch;
@@ -66,8 +72,8 @@ struct Failure {
     return f;
   }
 
-  // code, then text, then the missing paths, each after its length (u64, native order:
-  // between ranks of one program)
+  // code, count, then text, then the missing paths, each after its length (u64, native
+  // order: between ranks of one program)
   std::vector<std::byte> encode() const {
     std::vector<std::byte> out;
     if (text.empty()) return out;
@@ -78,6 +84,7 @@ struct Failure {
       out.insert(out.end(), reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size());
     };
     out.push_back(static_cast<std::byte>(code));
+    out.insert(out.end(), reinterpret_cast<const std::byte*>(&count), reinterpret_cast<const std::byte*>(&count) + sizeof count);
     put(text);
     for (const auto& m : missing) put(m);
     return out;
@@ -85,7 +92,8 @@ struct Failure {
   static Failure decode(std::span<const std::byte> in) {
     Failure f;
     f.code = static_cast<ErrorCode>(in[0]);
-    std::size_t at = 1;
+    std::memcpy(&f.count, in.data() + 1, sizeof f.count);
+    std::size_t at = 1 + sizeof f.count;
     auto get = [&] {
       std::uint64_t n = 0;
       std::memcpy(&n, in.data() + at, sizeof n);
@@ -105,6 +113,7 @@ struct Failure {
     const std::string what = prefix + text;
     switch (code) {
       case ErrorCode::missing_leaf: throw MissingLeafError(checkpoint, missing);
+      case ErrorCode::unused_leaf: throw UnusedLeafError(checkpoint, missing, count);
       case ErrorCode::shape_mismatch: throw ShapeMismatchError(checkpoint, "", what);
       case ErrorCode::dtype_mismatch: throw DtypeMismatchError(checkpoint, "", what);
       case ErrorCode::corrupt: throw CorruptCheckpointError(checkpoint, "", what);
@@ -219,7 +228,7 @@ class Comm {
                                                                      std::to_string(size_) + " failed: ");
   }
   void agree(const std::string& checkpoint, const std::string& my_error) const {
-    agree(checkpoint, detail::Failure{detail::ErrorCode::error, my_error, {}});
+    agree(checkpoint, detail::Failure{detail::ErrorCode::error, my_error, {}, 0});
   }
   // Runs f on every rank, then agrees on its outcome (see agree()).
   template <class F>

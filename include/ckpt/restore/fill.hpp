@@ -1,13 +1,14 @@
 // ckpt/restore/fill.hpp — fill a value from an Index (the restore direction of walk).
 //
 // The target's type drives the traversal: each leaf it has is looked up by path,
-// checked and read straight into it. Leaves the checkpoint has and the target lacks
-// are ignored (a partial target); leaves the target has and the checkpoint lacks are
-// collected and reported together. Vectors and maps take their size and keys from
-// the checkpoint.
+// checked and read straight into it. Leaves the target has and the checkpoint lacks
+// are collected and reported together; leaves the checkpoint has and the target does
+// not use are counted, and named after the walk unless the restore is partial.
+// Vectors and maps take their size and keys from the checkpoint.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/detail/function_ref.hpp>
+#include <ckpt/error.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/tree/node.hpp>
 #include <ckpt/tree/path.hpp>
@@ -116,20 +118,27 @@ class FillContext {
   using Leaf = std::uint32_t;  // a leaf found by find()
   static constexpr Leaf no_leaf = ~Leaf{0};
 
-  explicit FillContext(bool allow) : allow_missing(allow) {}
+  // `leaves`: how many leaves the checkpoint holds, numbered 0..leaves-1 as find() does.
+  FillContext(bool allow, bool partial, std::size_t leaves) : allow_missing(allow), partial_(partial) {
+    if (!partial_) used_.resize(leaves);
+  }
   FillContext(const FillContext&) = delete;
   FillContext& operator=(const FillContext&) = delete;
 
   virtual const std::string& checkpoint() const = 0;
   virtual Leaf find(const Path& p) const = 0;  // no_leaf when no leaf lies at p
   virtual bool has_subtree(const Path& p) const = 0;
-  // An empty node (a default-constructed optional or an empty list) lies at p.
-  virtual bool is_empty_node(const Path& p) const = 0;
+  // The leaf that records an empty node (a default-constructed optional or an empty
+  // list) at p, or no_leaf.
+  virtual Leaf empty_node(const Path& p) const = 0;
   // Calls fn(segment) for each distinct segment that follows p, in path order (list
   // indices by value, then names); stops when fn returns false.
   virtual void for_each_child(const Path& p, detail::FunctionRef<bool(std::string_view)> fn) const = 0;
   // The source a leaf codec restores leaf l from; valid until the next call.
   virtual const LeafSource& source(Leaf l) = 0;
+  // Leaf l's path, and whether it lies at or under p: for naming unused leaves.
+  virtual std::string path_of(Leaf l) const = 0;
+  virtual bool lies_under(Leaf l, const Path& p) const = 0;
   // The leaves of the list at p when each item is one leaf (item k is out[k]), found in
   // one pass; false when they are not, or the context cannot tell: the fill then looks
   // each item up by its path. Building and finding 20,000 items' paths was a quarter of
@@ -151,6 +160,33 @@ class FillContext {
   void report_missing(const Path& p) {
     if (!allow_missing) missing.push_back(p.str());
   }
+  // The source of leaf l, which the target uses (what the fill calls: source() counts nothing).
+  const LeafSource& use(Leaf l) {
+    mark_used(l);
+    return source(l);
+  }
+  // Whether an empty node lies at p; the target, which is then made empty, uses it.
+  bool use_empty_node(const Path& p) {
+    const Leaf l = empty_node(p);
+    if (l == no_leaf) return false;
+    mark_used(l);
+    return true;
+  }
+  // After the walk from `start`: throws UnusedLeafError naming the leaves at or under
+  // it that the target did not use, unless the restore is partial. A leaf is marked as
+  // used once, and counted: the check of a whole checkpoint compares two numbers, and
+  // only a subtree or an error looks at the leaves.
+  void check_used(const Path& start) const {
+    if (partial_ || used_count_ == used_.size()) return;
+    std::vector<std::string> first;
+    std::uint64_t count = 0;
+    for (Leaf l = 0; l < used_.size(); ++l) {
+      if (used_[l] || !lies_under(l, start)) continue;
+      if (first.size() < UnusedLeafError::named) first.push_back(path_of(l));
+      ++count;
+    }
+    if (count != 0) throw UnusedLeafError(checkpoint(), std::move(first), count);
+  }
   [[noreturn]] void fail(const Path& p, const std::string& what) const { throw Error(checkpoint(), p.str(), what); }
 
   bool allow_missing = false;
@@ -158,22 +194,32 @@ class FillContext {
 
  protected:
   ~FillContext() = default;
+
+ private:
+  void mark_used(Leaf l) {
+    if (partial_ || used_[l]) return;
+    used_[l] = true;
+    ++used_count_;
+  }
+  bool partial_ = false;
+  std::vector<bool> used_;  // by leaf; empty when partial
+  std::size_t used_count_ = 0;
 };
 
 // A fill from an Index (any format, a transformed tree, an abstract target's metadata).
 class IndexFill final : public FillContext {
  public:
-  IndexFill(std::shared_ptr<const Index> idx, ReadSettings s, bool allow)
-      : FillContext(allow), index_ptr_(std::move(idx)), index_(*index_ptr_), settings_(s) {}
+  IndexFill(std::shared_ptr<const Index> idx, ReadSettings s, bool allow, bool partial)
+      : FillContext(allow, partial, idx->entries().size()), index_ptr_(std::move(idx)), index_(*index_ptr_), settings_(s) {}
   const std::string& checkpoint() const override { return index_.checkpoint(); }
   Leaf find(const Path& p) const override {
     const IndexEntry* e = index_.find(p);
     return e ? static_cast<Leaf>(e - index_.entries().data()) : no_leaf;
   }
   bool has_subtree(const Path& p) const override { return index_.has_subtree(p); }
-  bool is_empty_node(const Path& p) const override {
-    const IndexEntry* e = index_.find(p);
-    return e && e->type == dtype::none;
+  Leaf empty_node(const Path& p) const override {
+    const Leaf l = find(p);
+    return l != no_leaf && index_.entries()[l].type == dtype::none ? l : no_leaf;
   }
   void for_each_child(const Path& p, detail::FunctionRef<bool(std::string_view)> fn) const override {
     index_.for_each_child(p, [&](const std::string& seg) { return fn(seg); });
@@ -181,6 +227,10 @@ class IndexFill final : public FillContext {
   const LeafSource& source(Leaf l) override {
     source_.emplace(index_ptr_, index_.entries()[l], settings_);
     return *source_;
+  }
+  std::string path_of(Leaf l) const override { return index_.entries()[l].path.str(); }
+  bool lies_under(Leaf l, const Path& p) const override {
+    return detail::path_starts_with(index_.entries()[l].path.segments(), p.segments());
   }
   bool list_leaves(const Path& p, std::vector<Leaf>& out) const override { return index_.list_leaves(p, out); }
 
@@ -220,14 +270,14 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
   node::require_node<T>();
   if constexpr (k == node::kind::leaf) {
     if (const FillContext::Leaf l = ctx.find(path); l != FillContext::no_leaf) {
-      leaf_codec<T>::restore(value, ctx.source(l));
+      leaf_codec<T>::restore(value, ctx.use(l));
     } else if (ctx.has_subtree(path)) {
       ctx.fail(path, "an inner node in the checkpoint, a leaf in the target");
     } else {
       ctx.report_missing(path);
     }
   } else if constexpr (k == node::kind::optional) {
-    if (ctx.is_empty_node(path)) {
+    if (ctx.use_empty_node(path)) {
       value.reset();
     } else if (ctx.has_subtree(path)) {
       if (!value) value.emplace();
@@ -241,7 +291,7 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
     }(std::make_index_sequence<std::tuple_size_v<T>>{});
   } else if constexpr (k == node::kind::sequence) {
     using Item = typename node::sequence_traits<T>::value_type;
-    const bool empty_node = ctx.is_empty_node(path);
+    const bool empty_node = ctx.use_empty_node(path);
     // A list of leaves (a model's 20,000 vectors): every item's leaf at once, no path
     // built or looked up per item.
     std::vector<FillContext::Leaf> item_leaves;
@@ -263,7 +313,7 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
     for (std::size_t i = 0; i < n; ++i) {
       if constexpr (node::kind_v<Item> == node::kind::leaf) {
         if (items_are_leaves) {
-          leaf_codec<Item>::restore(value[i], ctx.source(item_leaves[i]));
+          leaf_codec<Item>::restore(value[i], ctx.use(item_leaves[i]));
           continue;
         }
       }
@@ -272,7 +322,7 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
       path.pop();
     }
   } else if constexpr (k == node::kind::map) {
-    const bool empty_node = ctx.is_empty_node(path);
+    const bool empty_node = ctx.use_empty_node(path);
     const std::vector<std::string> keys = empty_node ? std::vector<std::string>{} : ctx.children(path);
     if (!empty_node && keys.empty()) {
       if (ctx.find(path) != FillContext::no_leaf) ctx.fail(path, "a leaf in the checkpoint, a map in the target");

@@ -22,8 +22,9 @@ namespace detail {
 CKPT_API std::shared_ptr<const Index> index_for(std::shared_ptr<const Index> index, const RestoreOptions& opts);
 // The path of opts.subtree, which must exist in index.
 CKPT_API Path subtree_path(const Index& index, const RestoreOptions& opts);
-// After the fill: reports every missing leaf at once, then runs the queued reads.
-CKPT_API void finish_restore(const FillContext& ctx, exec::ReadQueue& reads);
+// After the fill from `start`: reports every missing leaf at once, then the leaves the
+// target did not use (unless partial), then runs the queued reads.
+CKPT_API void finish_restore(const FillContext& ctx, const Path& start, exec::ReadQueue& reads);
 
 template <class T>
 void restore_from_index(std::shared_ptr<const Index> index, T& target, const RestoreOptions& opts,
@@ -35,9 +36,9 @@ void restore_from_index(std::shared_ptr<const Index> index, T& target, const Res
   reads.reserve(index->entries().size());
   if (opts.progress) reads.set_progress(opts.progress, index->checkpoint());
   IndexFill ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only, &reads, opts.max_memory},
-                  opts.allow_missing);
+                  opts.allow_missing, opts.partial);
   fill_from_index(target, path, ctx);  // sizes the target and queues the reads
-  finish_restore(ctx, reads);
+  finish_restore(ctx, path, reads);
 }
 
 }  // namespace detail
@@ -56,8 +57,9 @@ CKPT_API Path detail::subtree_path(const Index& index, const RestoreOptions& opt
   return path;
 }
 
-CKPT_API void detail::finish_restore(const FillContext& ctx, exec::ReadQueue& reads) {
+CKPT_API void detail::finish_restore(const FillContext& ctx, const Path& start, exec::ReadQueue& reads) {
   if (!ctx.missing.empty()) throw MissingLeafError(ctx.checkpoint(), ctx.missing);
+  ctx.check_used(start);
   reads.run();
 }
 #endif

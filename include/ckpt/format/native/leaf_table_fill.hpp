@@ -36,8 +36,8 @@ namespace ckpt::native_format {
 // read_into_deferred), so reading it early is reading it late.
 class NativeTableFill final : public detail::TableFill {
  public:
-  NativeTableFill(std::unique_ptr<LeafTable> table, ReadSettings settings, bool allow_missing, Path start)
-      : TableFill(allow_missing),
+  NativeTableFill(std::unique_ptr<LeafTable> table, ReadSettings settings, bool allow_missing, bool partial, Path start)
+      : TableFill(allow_missing, partial, table->size()),
         table_(std::move(table)),
         side_(table_->side()),
         settings_(settings),
@@ -53,9 +53,9 @@ class NativeTableFill final : public detail::TableFill {
   const std::string& checkpoint() const override { return table_->checkpoint(); }
   Leaf find(const Path& p) const override { return table_->find(p); }
   bool has_subtree(const Path& p) const override { return table_->has_subtree(p); }
-  bool is_empty_node(const Path& p) const override {
+  Leaf empty_node(const Path& p) const override {
     const std::uint32_t i = table_->find(p);
-    return i != LeafTable::none && table_->leaf(i).type == dtype::none;
+    return i != LeafTable::none && table_->leaf(i).type == dtype::none ? i : no_leaf;
   }
   void for_each_child(const Path& p, detail::FunctionRef<bool(std::string_view)> fn) const override {
     table_->for_each_child(p, [&](std::string_view seg) { return fn(seg); });
@@ -71,6 +71,10 @@ class NativeTableFill final : public detail::TableFill {
     shape_.assign(d.begin(), d.end());  // one vector, its capacity reused leaf after leaf
     source_.at = l;
     return source_;
+  }
+  std::string path_of(Leaf l) const override { return table_->path_str(l); }
+  bool lies_under(Leaf l, const Path& p) const override {
+    return detail::path_starts_with(table_->segments(l), p.segments());
   }
   Path start() const override { return start_; }
   void finish() override;
@@ -251,6 +255,7 @@ CKPT_API void NativeTableFill::read_queued() {
 
 CKPT_API void NativeTableFill::finish() {
   if (!missing.empty()) throw MissingLeafError(checkpoint(), missing);  // the destructor stops the reader
+  check_used(start_);
   // A checkpoint with leaves of the side index (a model's weight matrices, with chunk
   // checksums) that is mostly not in the page cache: ReadQueue reads it as one stream
   // in file order, the small leaves between the matrices where they lie. Read apart
@@ -289,7 +294,7 @@ CKPT_API std::unique_ptr<TableFill> table_fill(const std::filesystem::path& dir,
   if (!start.empty() && !table->has_subtree(start)) throw MissingLeafError(table->checkpoint(), {start.str()});
   return std::make_unique<native_format::NativeTableFill>(
       std::move(table), ReadSettings{check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype}, opts.allow_missing,
-      std::move(start));
+      opts.partial, std::move(start));
 }
 #endif
 }  // namespace ckpt::detail
