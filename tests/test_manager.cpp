@@ -564,11 +564,23 @@ TEST_CASE("manager: policies are types, in any order") {
   static_assert(std::is_same_v<C::executor_policy_type, ckpt::sync_save>);
   static_assert(ckpt::executor_policy<ckpt::sync_save> && ckpt::executor_policy<ckpt::async_save>);
   static_assert(!ckpt::executor_policy<ckpt::native> && !ckpt::format_policy<ckpt::async_save>);
+  // the coordination: this process alone unless told otherwise (ckpt::mpi::ranks)
+  using D = ckpt::CheckpointManager<State, ckpt::async_save, ckpt::one_process>;
+  static_assert(std::is_same_v<C::coordination_type, ckpt::one_process>);
+  static_assert(std::is_same_v<D::coordination_type, ckpt::one_process>);
+  static_assert(ckpt::coordination_policy<ckpt::one_process> && !ckpt::coordination_policy<ckpt::async_save>);
   test::TempDir tmp;
-  A mgr(tmp.path());
-  mgr.save(1, make_state(1));
-  mgr.wait_until_finished();
-  CHECK(mgr.all_steps() == Steps{1});
+  {
+    A mgr(tmp.path());
+    mgr.save(1, make_state(1));
+    mgr.wait_until_finished();
+    CHECK(mgr.all_steps() == Steps{1});
+  }
+  D mgr(ckpt::one_process{}, tmp.path());
+  CHECK(mgr.save(2, make_state(2)));
+  State latest = make_state(0);
+  mgr.restore_latest_into(latest);
+  CHECK(same(latest, make_state(2)));
 }
 
 // ---------------------------------------------------------------- preemption

@@ -837,7 +837,15 @@ TEST_CASE("mpi np2: the manager across ranks: same steps everywhere, retention b
   }
   // A new manager (a restarted job) sees the same steps on every rank.
   ckpt::mpi::CheckpointManager<ShardedState> again(world, dir / "run", {.max_to_keep = 2});
+  static_assert(std::is_same_v<decltype(again)::coordination_type, ckpt::mpi::ranks>);
+  CHECK(again.comm().size() == world.size());
   CHECK(again.latest_step() == 4);
+  ShardedState latest = cols_target(64, 16, world.rank(), 2);
+  again.restore_latest_into(latest);
+  CHECK(latest.step == 4);
+  // The ranks write a directory they all see: a URL root is refused on every rank.
+  CHECK_THROWS_CKPT(ckpt::mpi::CheckpointManager<ShardedState>(world, "mem://run"), ckpt::Error,
+                    "give a path, not a URL");
   ShardedState s = cols_target(64, 16, world.rank(), 2);
   again.restore_into(3, s);
   CHECK(s.step == 3);

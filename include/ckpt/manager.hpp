@@ -5,6 +5,7 @@
 //   manager/step_catalogue.hpp      which committed steps a root holds, with their metadata
 //   manager/step_deletion.hpp       deleting a step (a rename first, or into todelete_subdir)
 //   manager/checkpoint_manager.hpp  the CheckpointManager class
+//   manager/coordination.hpp        the coordination policy: one process (ckpt::mpi::ranks: MPI)
 //   manager/step_name.hpp, lock.hpp, preemption.hpp, items.hpp, step_metadata.hpp
 #pragma once
 
