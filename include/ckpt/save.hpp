@@ -15,21 +15,25 @@
 #include <ckpt/io/staging_dir.hpp>  // StaleStaging (gc)
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
+#include <ckpt/storage/object_store.hpp>
 #include <ckpt/storage/storage.hpp>
 #if CKPT_DEFINE_API
 #include <ckpt/snapshot_edit.hpp>
+#include <ckpt/storage/posix.hpp>
 #endif
 
 namespace ckpt {
 
 namespace detail {
-using FormatWrite = void (*)(const Snapshot&, const std::filesystem::path&, const SaveOptions&);
 using BeforeCommitFn = std::function<void(const std::filesystem::path&)>;
 
-// Stages, writes with the format, lets before_commit add files, and publishes: the one
-// path every directory format's save takes, whatever the type saved.
+// The publish step every save takes, whatever the format and the type saved: on a local
+// disk, a staging directory the format fills, before_commit adds files to, and that is
+// renamed into place; on an object store (s3://, mem://), the format's objects written
+// through the storage, then before_commit's files, then the commit marker
+// (storage/object_store.hpp).
 CKPT_API void save_staged(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
-                          FormatWrite write, const BeforeCommitFn& before_commit);
+                          const FormatEntry& format, const BeforeCommitFn& before_commit);
 // Applies the options that change what is saved: save_dtype, then the transform.
 CKPT_API void apply_save_options(Snapshot& snap, const SaveOptions& opts);
 
@@ -44,14 +48,11 @@ inline bool has_streams(const Snapshot& snap) {
     if (l.data.stream) return true;
   return false;
 }
-template <class Format>
-inline constexpr bool writes_streams = requires { requires Format::writes_streams; };
 // Whether a save of this format to dir reads streamed leaves itself. On an object store
-// (s3://, mem://) the native writer sends each data object whole at its close, so a
-// streamed leaf would be copied into memory anyway: it is read in first; other formats
-// are written to a local scratch directory (storage/object_store.hpp) by their own writer.
+// (s3://, mem://) an object is sent whole when it is closed, so a streamed leaf would be
+// held in memory anyway: it is read in first, whatever the format.
 inline bool takes_streams(const FormatEntry& format, const std::filesystem::path& dir) {
-  return format.writes_streams && !(storage::is_url(dir) && format.write == &ckpt::native::write);
+  return format.writes_streams && !storage::is_url(dir);
 }
 }  // namespace detail
 
@@ -62,24 +63,16 @@ inline bool takes_streams(const FormatEntry& format, const std::filesystem::path
 template <format_policy Format = native, class BeforeCommit>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                    BeforeCommit&& before_commit) {
-  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || (storage::is_url(dir) && std::is_same_v<Format, native>)))
+  const FormatEntry format = detail::writer_entry<Format>();
+  if (detail::has_streams(snap) && !detail::takes_streams(format, dir))
     return save_snapshot<Format>(dir, detail::read_streams(snap, dir, opts, Format::name), opts,
                                  std::forward<BeforeCommit>(before_commit));
-  detail::save_staged(dir, snap, opts, &Format::write, detail::BeforeCommitFn(std::forward<BeforeCommit>(before_commit)));
+  detail::save_staged(dir, snap, opts, format, detail::BeforeCommitFn(std::forward<BeforeCommit>(before_commit)));
 }
 
 template <format_policy Format = native>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts = {}) {
-  if (detail::has_streams(snap) && (!detail::writes_streams<Format> || (storage::is_url(dir) && std::is_same_v<Format, native>)))
-    return save_snapshot<Format>(dir, detail::read_streams(snap, dir, opts, Format::name), opts);
-  if constexpr (requires { Format::save_file(dir, snap, opts); }) {
-    // A URL is a directory: the format's directory layout, with a commit marker (Flax: a
-    // `checkpoint` object, as in a manager's step).
-    if (storage::is_url(dir)) return detail::save_staged(dir, snap, opts, &Format::write, nullptr);
-    Format::save_file(dir, snap, opts);  // a single-file format (Flax msgpack) commits its file itself
-  } else {
-    detail::save_staged(dir, snap, opts, &Format::write, nullptr);
-  }
+  save_snapshot(detail::writer_entry<Format>(), dir, snap, opts);
 }
 
 // Writes a snapshot in a format chosen at run time, from the registry (the CLI's convert).
@@ -87,8 +80,10 @@ inline void save_snapshot(const FormatEntry& format, const std::filesystem::path
                           const SaveOptions& opts = {}) {
   if (detail::has_streams(snap) && !detail::takes_streams(format, dir))
     return save_snapshot(format, dir, detail::read_streams(snap, dir, opts, format.name), opts);
-  if (format.save_file && !storage::is_url(dir)) format.save_file(dir, snap, opts);  // a URL is a directory
-  else if (format.write) detail::save_staged(dir, snap, opts, format.write, nullptr);
+  // A single-file format (Flax msgpack, a .safetensors file) commits its file itself; a
+  // URL is a directory: the format's directory layout, with a commit marker.
+  if (format.save_file && !storage::is_url(dir)) format.save_file(dir, snap, opts);
+  else if (format.write || format.write_to) detail::save_staged(dir, snap, opts, format, nullptr);
   else throw Error(dir.string(), "", "ckpt cannot write the " + std::string(format.name) + " format");
 }
 
@@ -112,22 +107,30 @@ void save(const std::filesystem::path& dir, const T& value, const SaveOptions& o
 
 #if CKPT_DEFINE_API
 CKPT_API void detail::save_staged(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
-                                  FormatWrite write, const BeforeCommitFn& before_commit) {
-  // s3://, mem://: published with a commit marker instead of a rename (storage/object_store.hpp)
-  if (const storage::UrlScheme* scheme = storage::find_url_scheme(dir))
-    return scheme->save(scheme->open(dir.native()), snap, opts, write, before_commit);
+                                  const FormatEntry& format, const BeforeCommitFn& before_commit) {
+  for (const auto& l : snap.leaves) {  // Sharded leaves: checked before anything is written
+    if (!l.box) continue;
+    if (!format.check_box)
+      throw Error(dir.string(), l.path.str(),
+                  "the " + std::string(format.name) + " format does not store Sharded leaves (ckpt::mpi::save writes them)");
+    format.check_box(dir.string(), l);
+  }
+  if (storage::find_url_scheme(dir)) {  // s3://, mem://: a commit marker written last
+    const storage::Location loc = storage::open_location(dir);
+    storage::begin_publish(loc, opts.force);
+    if (format.write_to) format.write_to(snap, loc, opts);
+    else storage::write_as_files(loc, [&](const std::filesystem::path& d) { format.write(snap, d, opts); });
+    if (before_commit) storage::write_as_files(loc, before_commit);
+    storage::commit(loc);
+    return;
+  }
   std::error_code ec;
   if (!opts.force && std::filesystem::exists(dir, ec))
     throw Error(dir.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
-  for (const auto& l : snap.leaves) {  // Sharded leaves: checked before anything is written
-    if (!l.box) continue;
-    if (write != &ckpt::native::write)
-      throw Error(dir.string(), l.path.str(), "only the native format stores Sharded leaves (ckpt::mpi::save writes others)");
-    ckpt::native::check_box(dir.string(), l);
-  }
   io::StagingDir staging(dir);
   io::naming_target(staging.final_path(), staging.path(), [&] {
-    write(snap, staging.path(), opts);
+    if (format.write) format.write(snap, staging.path(), opts);
+    else format.write_to(snap, storage::directory_location(staging.path(), storage::Publish::in_place), opts);
     if (before_commit) before_commit(staging.path());
   });
   staging.commit(opts.force);

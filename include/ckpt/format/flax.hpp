@@ -20,6 +20,7 @@
 #include <ckpt/detail/static_error.hpp>
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/interop/msgpack_tree.hpp>
+#include <ckpt/io/kvstore.hpp>
 #include <ckpt/io/staging_dir.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
@@ -41,6 +42,22 @@ inline void write_msgpack(const Snapshot& snap, const fs::path& file, const std:
   progress.finish();
 }
 
+// Whether the value under key starts as a msgpack map does. Never throws.
+inline bool looks_like_msgpack_map(const io::KvStore& kv, const std::string& key) {
+  try {
+    const auto n = kv.size(key);
+    if (!n || *n == 0) return false;
+    // (a few bytes, not one: some S3 servers answer the range "bytes=0-0" with the whole object)
+    std::byte b[16];
+    kv.read(key, 0, std::span(b, static_cast<std::size_t>(std::min<std::uint64_t>(*n, sizeof b))));
+    const auto c = static_cast<unsigned char>(b[0]);
+    return (c >= 0x80 && c <= 0x8f) || c == 0xde || c == 0xdf;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// The same for a file the caller names, which may be a symbolic link.
 inline bool looks_like_msgpack_map(const fs::path& file) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec)) return false;
@@ -56,18 +73,14 @@ inline bool looks_like_msgpack_map(const fs::path& file) {
   }
 }
 
-// Adds the tree of a msgpack file to b (under prefix). With t5x_unwrap, a top-level
-// {"version": n, "optimizer": tree} reads as tree, and info records the version. A
-// file inside a checkpoint directory is never a symbolic link; the file the caller
-// names (a Flax checkpoint file) may be one (follow_symlink).
-inline void read_msgpack_into(interop::IndexBuilder& b, const fs::path& file, const Path& prefix, IndexInfo* info,
-                              interop::SpecialLeaf special = {}, bool t5x_unwrap = false, bool follow_symlink = false) {
-  auto keep = std::make_shared<interop::MsgpackKeep>();
-  b.keep(keep);
-  const msgpack::object* root =
-      &interop::load_msgpack_file(file, *keep, b.checkpoint(), file.filename().string(), std::uint64_t{1} << 40, follow_symlink);
+// Adds the parsed msgpack tree root (kept alive by keep) to b, under prefix. With
+// t5x_unwrap, a top-level {"version": n, "optimizer": tree} reads as tree, and info
+// records the version.
+inline void read_msgpack_tree(interop::IndexBuilder& b, const std::shared_ptr<interop::MsgpackKeep>& keep,
+                              const msgpack::object* root, const std::string& context, const Path& prefix,
+                              IndexInfo* info, interop::SpecialLeaf special, bool t5x_unwrap) {
   if (t5x_unwrap && root->type == msgpack::type::MAP) {
-    const detail::mp::Reader r(b.checkpoint(), file.filename().string());
+    const detail::mp::Reader r(b.checkpoint(), context);
     if (const auto* v = r.find(*root, "version"); v && v->type == msgpack::type::POSITIVE_INTEGER) {
       if (info) info->format_version = v->via.u64;
       if (const auto* opt = r.find(*root, "optimizer")) root = opt;
@@ -75,18 +88,44 @@ inline void read_msgpack_into(interop::IndexBuilder& b, const fs::path& file, co
       info->format = "orbax-msgpack";
     }
   }
-  interop::MsgpackTreeReader reader(b, *keep, file.filename().string(), std::move(special));
+  interop::MsgpackTreeReader reader(b, *keep, context, std::move(special));
   Path p = prefix;
   reader.walk(*root, p);
 }
 
-inline std::shared_ptr<const Index> open_msgpack(const fs::path& file, const std::string& checkpoint,
-                                                 const std::string& format, interop::SpecialLeaf special = {},
-                                                 bool t5x_unwrap = false, bool follow_symlink = false) {
+// Adds the tree of the msgpack value under key of a checkpoint's store to b.
+inline void read_msgpack_into(interop::IndexBuilder& b, const io::KvStore& kv, const std::string& key, const Path& prefix,
+                              IndexInfo* info, interop::SpecialLeaf special = {}, bool t5x_unwrap = false) {
+  auto keep = std::make_shared<interop::MsgpackKeep>();
+  b.keep(keep);
+  const std::string context = key.substr(key.rfind('/') == std::string::npos ? 0 : key.rfind('/') + 1);
+  const msgpack::object* root = &interop::load_msgpack(kv, key, *keep, b.checkpoint(), context);
+  read_msgpack_tree(b, keep, root, context, prefix, info, std::move(special), t5x_unwrap);
+}
+
+inline std::shared_ptr<const Index> open_msgpack(std::shared_ptr<const io::KvStore> kv, const std::string& key,
+                                                 const std::string& checkpoint, const std::string& format,
+                                                 interop::SpecialLeaf special = {}, bool t5x_unwrap = false) {
   IndexInfo info;
   info.format = format;
   interop::IndexBuilder b(checkpoint);
-  read_msgpack_into(b, file, Path(), &info, std::move(special), t5x_unwrap, follow_symlink);
+  b.keep(kv);
+  read_msgpack_into(b, *kv, key, Path(), &info, std::move(special), t5x_unwrap);
+  return b.build(std::move(info));
+}
+
+// A Flax checkpoint file the caller names (it may be a symbolic link).
+inline std::shared_ptr<const Index> open_msgpack_file(const fs::path& file, const std::string& checkpoint,
+                                                      const std::string& format) {
+  IndexInfo info;
+  info.format = format;
+  interop::IndexBuilder b(checkpoint);
+  auto keep = std::make_shared<interop::MsgpackKeep>();
+  b.keep(keep);
+  const std::string context = file.filename().string();
+  const msgpack::object* root =
+      &interop::load_msgpack_file(file, *keep, checkpoint, context, std::uint64_t{1} << 40, true);
+  read_msgpack_tree(b, keep, root, context, Path(), &info, {}, false);
   return b.build(std::move(info));
 }
 }  // namespace detail::flax
@@ -109,17 +148,22 @@ struct flax_msgpack {
       detail::flax::write_msgpack(s, tmp, file.string(), o.progress);
     });
   }
+  // A step directory (or prefix) holding `checkpoint`, or the file itself.
+  static bool detect_in(const io::KvStore& kv) { return detail::flax::looks_like_msgpack_map(kv, "checkpoint"); }
   static bool detect(const std::filesystem::path& p) {
     std::error_code ec;
-    if (std::filesystem::is_directory(p, ec)) return detail::flax::looks_like_msgpack_map(p / "checkpoint");
+    if (std::filesystem::is_directory(p, ec)) return detect_in(io::DirectoryKv(p));
     return detail::flax::looks_like_msgpack_map(p);
   }
   // The file is renamed into place whole.
   static bool is_committed(const std::filesystem::path& p) { return detect(p); }
+  static std::shared_ptr<const Index> open_in(std::shared_ptr<const io::KvStore> kv, const std::string& checkpoint) {
+    return detail::flax::open_msgpack(std::move(kv), "checkpoint", checkpoint, "flax");
+  }
   static std::shared_ptr<const Index> open(const std::filesystem::path& p) {
     std::error_code ec;
-    if (std::filesystem::is_directory(p, ec)) return detail::flax::open_msgpack(p / "checkpoint", p.string(), "flax");
-    return detail::flax::open_msgpack(p, p.string(), "flax", {}, false, true);  // the caller's own path
+    if (std::filesystem::is_directory(p, ec)) return open_in(std::make_shared<io::DirectoryKv>(p), p.string());
+    return detail::flax::open_msgpack_file(p, p.string(), "flax");  // the caller's own path
   }
 };
 static_assert(format_policy<flax_msgpack>, CKPT_INTERNAL_CHECK("flax_msgpack must meet format_policy"));

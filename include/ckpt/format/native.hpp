@@ -11,6 +11,7 @@
 #include <ckpt/format/format.hpp>
 #include <ckpt/format/native/policy.hpp>
 #if CKPT_DEFINE_API
+#include <ckpt/io/kvstore.hpp>
 #include <ckpt/format/native/reader.hpp>
 #include <ckpt/format/native/writer.hpp>
 #include <ckpt/detail/static_error.hpp>
@@ -28,6 +29,15 @@ CKPT_API bool native::is_committed(const std::filesystem::path& dir) {
   return std::filesystem::is_regular_file(dir / native_format::commit_file, ec);
 }
 CKPT_API std::shared_ptr<const Index> native::open(const std::filesystem::path& dir) { return native_format::open(dir); }
+CKPT_API bool native::detect_in(const io::KvStore& kv) {
+  return kv.contains(native_format::commit_file) || kv.contains(native_format::manifest_file);
+}
+CKPT_API void native::write_to(const Snapshot& s, const storage::Location& loc, const SaveOptions& o) {
+  native_format::write(s, loc, o);
+}
+CKPT_API std::shared_ptr<const Index> native::open_location(const storage::Location& loc) {
+  return native_format::open(loc);
+}
 CKPT_API void native::check_box(const std::string& dir, const SnapshotLeaf& leaf) {
   detail::native::check_leaf_box(dir, leaf);
 }

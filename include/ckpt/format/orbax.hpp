@@ -112,46 +112,38 @@ class MergedKv final : public io::KvStore {
   std::string name_;
 };
 
-inline std::vector<fs::path> process_databases(const fs::path& item) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  std::size_t seen = 0;
-  for (fs::directory_iterator it(item, ec), end; !ec && it != end; it.increment(ec)) {
-    if (++seen > 100000) break;
-    const std::string n = it->path().filename().string();
-    if (n.rfind("ocdbt.process_", 0) == 0 && zarr::is_dir(it->path()) && ocdbt::Database::is_database(it->path()))
-      out.push_back(it->path());
+// The per-process databases of an item ("ocdbt.process_0/", ...), sorted.
+inline std::vector<std::string> process_databases(const io::KvStore& item) {
+  std::vector<std::string> out;
+  for (const auto& n : item.children("", 100000)) {
+    if (n.rfind("ocdbt.process_", 0) == 0 && ocdbt::Database::is_database(item, n + "/")) out.push_back(n + "/");
     if (out.size() > 65536) break;
   }
-  std::sort(out.begin(), out.end());
   return out;
 }
 
-inline bool is_ocdbt_item(const fs::path& item) {
-  return ocdbt::Database::is_database(item) || !process_databases(item).empty();
+inline bool is_ocdbt_item(const io::KvStore& item) {
+  return ocdbt::Database::is_database(item, "") || !process_databases(item).empty();
 }
 
-inline std::shared_ptr<const io::KvStore> open_ocdbt(const fs::path& item, const std::string& ckpt) {
-  if (ocdbt::Database::is_database(item)) return ocdbt::Database::open(item, ckpt);
+inline std::shared_ptr<const io::KvStore> open_ocdbt(const std::shared_ptr<const io::KvStore>& item, const std::string& ckpt) {
+  if (ocdbt::Database::is_database(*item, "")) return ocdbt::Database::open(item, "", ckpt);
   std::vector<std::shared_ptr<const ocdbt::Database>> dbs;
-  for (const auto& p : process_databases(item)) dbs.push_back(ocdbt::Database::open(p, ckpt));
+  for (const auto& p : process_databases(*item)) dbs.push_back(ocdbt::Database::open(item, p, ckpt));
   if (dbs.empty()) return nullptr;
   if (dbs.size() == 1) return dbs[0];
-  return std::make_shared<MergedKv>(std::move(dbs), item.string());
+  return std::make_shared<MergedKv>(std::move(dbs), item->describe());
 }
 
 // Adds the zarr array `name` of a key-value store (v2 `.zarray` or v3 `zarr.json`).
 inline bool add_kv_array(interop::IndexBuilder& b, const Path& p, const std::shared_ptr<const io::KvStore>& kv,
                          const std::string& name) {
   const std::string ckpt = b.checkpoint();
-  if (kv->size(name + "/.zarray")) {
-    auto a = std::make_shared<zarr::KvArrayV2>(zarr::KvArrayV2::open(kv, name, ckpt, p.str()));
-    b.add_loaded(p, a->meta.type, a->meta.shape, name, io::codec_name(a->meta.compressor),
-                 [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); },
-                 [a](const Shape& o, const Shape& n, std::span<std::byte> dst, const zarr::Fail& fail) { a->read_box(o, n, dst, fail); });
+  if (kv->contains(name + "/.zarray")) {
+    b.add_zarr(p, std::make_shared<const zarr::KvArrayV2>(zarr::KvArrayV2::open(kv, name, ckpt, p.str())));
     return true;
   }
-  if (kv->size(name + "/zarr.json")) {
+  if (kv->contains(name + "/zarr.json")) {
     auto a = std::make_shared<zarr::v3::KvArray>(zarr::v3::KvArray::open(kv, name, ckpt, p.str()));
     b.add_loaded(p, a->meta.type, a->meta.shape, name, "ocdbt/zarr3",
                  [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); },
@@ -216,35 +208,37 @@ inline void add_json(interop::IndexBuilder& b, const Path& p, const json& j, int
   }
 }
 
-inline const char* json_item_file(const fs::path& item) {
-  if (zarr::is_file(item / "data.json")) return "data.json";
-  if (zarr::is_file(item / "metadata")) return "metadata";
+inline const char* json_item_file(const io::KvStore& item) {
+  if (item.contains("data.json")) return "data.json";
+  if (item.contains("metadata")) return "metadata";
   return nullptr;
 }
 
-inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path& prefix) {
+// Reads the item whose store is `item` (a view of the checkpoint's store below the
+// item's directory) into b, under prefix.
+inline void read_item(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& item, const Path& prefix) {
   const std::string ckpt = b.checkpoint();
-  const bool ocdbt_item = is_ocdbt_item(item);
-  if (!zarr::is_file(item / tree_metadata)) {
+  const bool ocdbt_item = is_ocdbt_item(*item);
+  if (!item->contains(tree_metadata)) {
     if (ocdbt_item) {
       read_ocdbt_keys(b, open_ocdbt(item, ckpt), prefix);
       return;
     }
     // the older layout: msgpack `checkpoint` with PLACEHOLDER:// strings
-    if (zarr::is_file(item / "checkpoint")) {
-      detail::flax::read_msgpack_into(b, item / "checkpoint", prefix, nullptr, detail::t5x::special(item));
+    if (item->contains("checkpoint")) {
+      detail::flax::read_msgpack_into(b, *item, "checkpoint", prefix, nullptr, detail::t5x::special(item));
       return;
     }
-    if (const char* f = json_item_file(item)) {
-      const json j = zarr::read_json_file(item / f, ckpt, prefix.str());
+    if (const char* f = json_item_file(*item)) {
+      const json j = zarr::read_json(*item, f, ckpt, prefix.str());
       auto store = std::make_shared<std::deque<std::array<std::byte, 8>>>();
       b.keep(store);
       add_json(b, prefix, j, 0, store);
       return;
     }
-    throw CorruptCheckpointError(ckpt, prefix.str(), "item directory " + item.string() + " has no _METADATA");
+    throw CorruptCheckpointError(ckpt, prefix.str(), "item directory " + item->describe() + " has no _METADATA");
   }
-  const json meta = zarr::read_json_file(item / tree_metadata, ckpt, prefix.str());
+  const json meta = zarr::read_json(*item, tree_metadata, ckpt, prefix.str());
   auto fail = [&](const std::string& path, const std::string& w) {  // path: a tree path, or a key of the file
     throw CorruptCheckpointError(ckpt, path.empty() ? prefix.str() : ckpt::detail::safe_text(path), "_METADATA: " + w);
   };
@@ -254,7 +248,7 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
   if (!kv && meta.contains("use_zarr3") && meta["use_zarr3"] == true) fail("", "zarr v3 arrays outside OCDBT are not supported");
   // Orbax 0.5 kept some arrays in the msgpack `checkpoint` file (skip_deserialize, no
   // zarr folder): when one is missing there, the msgpack file holds the whole tree.
-  if (!kv && zarr::is_file(item / "checkpoint")) {
+  if (!kv && item->contains("checkpoint")) {
     for (const auto& [tuple, v] : meta["tree_metadata"].items()) {
       if (!v.is_object() || !v.contains("key_metadata") || !v["key_metadata"].is_array()) continue;
       std::string name;
@@ -264,8 +258,8 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
       const json vm = v.value("value_metadata", json::object());
       const std::string type = vm.is_object() && vm.contains("value_type") && vm["value_type"].is_string() ? vm["value_type"].get<std::string>() : "";
       const bool array = type == "jax.Array" || type == "np.ndarray" || type == "scalar";
-      if (array && (!zarr::safe_name(name) || !zarr::is_file(item / name / ".zarray"))) {
-        detail::flax::read_msgpack_into(b, item / "checkpoint", prefix, nullptr, detail::t5x::special(item));
+      if (array && (!zarr::safe_name(name) || !item->contains(name + "/.zarray"))) {
+        detail::flax::read_msgpack_into(b, *item, "checkpoint", prefix, nullptr, detail::t5x::special(item));
         return;
       }
     }
@@ -297,13 +291,17 @@ inline void read_item(interop::IndexBuilder& b, const fs::path& item, const Path
         continue;
       }
       if (!zarr::safe_name(name)) fail(where, "leaf name " + quote_for_message(name) + " leaves the item directory");
-      const fs::path adir = item / name;
-      if (!zarr::is_dir(adir) || !zarr::is_file(adir / ".zarray"))  // is_dir: not a link to a directory elsewhere
+      bool there = false;
+      try {
+        there = item->contains(name + "/.zarray");
+      } catch (const Error&) {  // a directory on the way is a symbolic link
+      }
+      if (!there)
         throw CorruptCheckpointError(ckpt, where, "array " + quote_for_message(name + "/.zarray") +
                                                       " is missing (or a symbolic link)");
-      b.add_zarr(p, adir, name, zarr::open_array(adir, ckpt, where));
+      b.add_zarr(p, std::make_shared<const zarr::KvArrayV2>(zarr::KvArrayV2::open(item, name, ckpt, where)));
     } else if (type == "string") {
-      if (!strings) strings = zarr::read_json_file(item / strings_file, ckpt, where);
+      if (!strings) strings = zarr::read_json(*item, strings_file, ckpt, where);
       if (!strings->is_object() || !strings->contains(name) || !(*strings)[name].is_string())
         fail(where, "string leaf is missing from _strings.json");
       b.add_string(p, (*strings)[name].get<std::string>());
@@ -477,47 +475,43 @@ struct basic_orbax {
   }
 
  public:
-  static bool detect(const std::filesystem::path& dir) {
+  static bool detect_in(const io::KvStore& kv) {
     namespace od = detail::orbax;
-    if (zarr::is_file(dir / od::tree_metadata) || zarr::is_file(dir / "orbax.checkpoint") || od::is_ocdbt_item(dir))
-      return true;
+    if (kv.contains(od::tree_metadata) || kv.contains("orbax.checkpoint") || od::is_ocdbt_item(kv)) return true;
     // _CHECKPOINT_METADATA marks a manager's step, of Orbax's or of ckpt's: a t5x step
     // that a ckpt manager saved holds one too, beside t5x's own msgpack `checkpoint`
-    if (zarr::is_file(dir / od::checkpoint_metadata) && !flax::looks_like_msgpack_map(dir / "checkpoint")) return true;
+    if (kv.contains(od::checkpoint_metadata) && !flax::looks_like_msgpack_map(kv, "checkpoint")) return true;
     // a composite checkpoint without _CHECKPOINT_METADATA: some item directory is one
-    std::error_code ec;
     int seen = 0;
-    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end && ++seen < 256; it.increment(ec)) {
+    for (const auto& n : kv.children("", std::size_t{1} << 20)) {
+      if (++seen >= 256) break;
       // numbered subdirectories are steps (a manager root), not items
-      const std::string n = it->path().filename().string();
       if (n.find_first_not_of("0123456789") == std::string::npos) continue;
-      if (zarr::is_dir(it->path()) && (zarr::is_file(it->path() / od::tree_metadata) || ocdbt::Database::is_database(it->path())))
-        return true;
+      if (kv.contains(n + "/" + od::tree_metadata) || ocdbt::Database::is_database(kv, n + "/")) return true;
     }
     return false;
   }
+  static bool detect(const std::filesystem::path& dir) { return detect_in(io::DirectoryKv(dir)); }
 
   // Orbax publishes a step by renaming it into place (commit_success.txt is written on
   // object stores only), so a step whose metadata is there counts.
   static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
 
-  static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
+  static std::shared_ptr<const Index> open_in(std::shared_ptr<const io::KvStore> kv, const std::string& ckpt) {
     namespace od = detail::orbax;
-    const std::string ckpt = dir.string();
     interop::IndexBuilder b(ckpt);
     IndexInfo info;
     info.format = "orbax";
-    if (zarr::is_file(dir / od::tree_metadata) || od::is_ocdbt_item(dir)) {
-      od::read_item(b, dir, Path());
+    if (kv->contains(od::tree_metadata) || od::is_ocdbt_item(*kv)) {
+      od::read_item(b, kv, Path());
       return b.build(std::move(info));
     }
-    if (!zarr::is_dir(dir)) throw Error(ckpt, "", "no Orbax checkpoint here (not a directory)");
     // Items _CHECKPOINT_METADATA names, when it names them: a directory it does not
     // name (a stray or half-written one) is not part of the checkpoint.
     std::optional<std::set<std::string>> named;
-    if (zarr::is_file(dir / od::checkpoint_metadata)) {
+    if (kv->contains(od::checkpoint_metadata)) {
       try {
-        const zarr::json cm = zarr::read_json_file(dir / od::checkpoint_metadata, ckpt, "");
+        const zarr::json cm = zarr::read_json(*kv, od::checkpoint_metadata, ckpt, "");
         if (cm.is_object() && cm.contains("item_handlers") && cm["item_handlers"].is_object()) {
           named.emplace();
           for (const auto& [k, v] : cm["item_handlers"].items()) named->insert(k);
@@ -527,24 +521,26 @@ struct basic_orbax {
       }
     }
     std::vector<std::string> items;
-    std::error_code ec;
-    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string n = it->path().filename().string();
-      if (n.empty() || n[0] == '.' || !zarr::is_dir(it->path())) continue;
+    for (const auto& n : kv->children("", std::size_t{1} << 20)) {
+      if (n.empty() || n[0] == '.') continue;
       if (named && !named->count(n)) continue;
-      if (zarr::is_file(it->path() / od::tree_metadata) || zarr::is_file(it->path() / "checkpoint") ||
-          od::is_ocdbt_item(it->path()) || od::json_item_file(it->path()))
+      const auto item = io::below(kv, n);
+      if (item->contains(od::tree_metadata) || item->contains("checkpoint") || od::is_ocdbt_item(*item) ||
+          od::json_item_file(*item))
         items.push_back(n);
       if (items.size() > 1024) throw CorruptCheckpointError(ckpt, "", "too many items");
     }
-    std::sort(items.begin(), items.end());
     if (items.empty()) throw CorruptCheckpointError(ckpt, "", "no item directory with _METADATA");
     if (items.size() == 1 && items[0] == od::default_item) {
-      od::read_item(b, dir / items[0], Path());
+      od::read_item(b, io::below(kv, items[0]), Path());
     } else {
-      for (const auto& n : items) od::read_item(b, dir / n, Path({n}));
+      for (const auto& n : items) od::read_item(b, io::below(kv, n), Path({n}));
     }
     return b.build(std::move(info));
+  }
+  static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
+    if (!zarr::is_dir(dir)) throw Error(dir.string(), "", "no Orbax checkpoint here (not a directory)");
+    return open_in(std::make_shared<io::DirectoryKv>(dir), dir.string());
   }
 };
 using orbax = basic_orbax<>;

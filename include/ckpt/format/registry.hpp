@@ -29,38 +29,73 @@
 #include <ckpt/error.hpp>
 #include <ckpt/format/format.hpp>
 #include <ckpt/format/native.hpp>
+#include <ckpt/io/kvstore.hpp>
+#include <ckpt/storage/kvstore.hpp>
+#include <ckpt/storage/object_store.hpp>
 #include <ckpt/storage/storage.hpp>
 
 namespace ckpt {
 
 // One registered format, as function pointers so that the list holds any format type.
+// What a format can do is what it declares here; nothing outside a format asks which
+// format it is.
 struct FormatEntry {
   std::string_view name;
   // Lower first; formats whose layouts contain another's marker files go before it
   // (Orbax step directories hold t5x-like msgpack files).
   int detect_order = 100;
+  // A local path (a directory, or the file of a single-file format).
   bool (*detect)(const std::filesystem::path&) = nullptr;
   bool (*is_committed)(const std::filesystem::path&) = nullptr;
   std::shared_ptr<const Index> (*open)(const std::filesystem::path&) = nullptr;
+  // A checkpoint anywhere (a directory, objects on S3 or in memory), read through a
+  // key-value store by ranged reads of what a restore needs: open_in, or, for a format
+  // with a reader of its own over the storage concept, open_location.
+  bool (*detect_in)(const io::KvStore&) = nullptr;
+  std::shared_ptr<const Index> (*open_in)(std::shared_ptr<const io::KvStore>, const std::string& checkpoint) = nullptr;
+  std::shared_ptr<const Index> (*open_location)(const storage::Location&) = nullptr;
   // Writing, for formats that can (null for read-only ones): write fills a staging
-  // directory (save.hpp publishes it); save_file, for single-file formats, writes and
-  // publishes the file itself.
+  // directory (save.hpp publishes it); write_to writes its objects through the storage
+  // concept (an object store's place; save.hpp commits it); save_file, for single-file
+  // formats, writes and publishes the file itself.
   void (*write)(const Snapshot&, const std::filesystem::path&, const SaveOptions&) = nullptr;
+  void (*write_to)(const Snapshot&, const storage::Location&, const SaveOptions&) = nullptr;
   void (*save_file)(const std::filesystem::path&, const Snapshot&, const SaveOptions&) = nullptr;
   // Whether the writer takes streamed leaves (LeafBytes::stream), reading each through a
   // buffer within SaveOptions::max_memory; other writers are given leaves in memory.
   bool writes_streams = false;
+  // Whether the format stores Sharded leaves (boxes of global arrays): check_box refuses
+  // a box outside its global shape, before anything is written.
+  void (*check_box)(const std::string& checkpoint, const SnapshotLeaf&) = nullptr;
 };
 
 namespace detail {
-template <readable_format F>
-FormatEntry format_entry(int detect_order) {
-  FormatEntry e{F::name, detect_order, [](const std::filesystem::path& p) -> bool { return F::detect(p); },
-                [](const std::filesystem::path& p) -> bool { return F::is_committed(p); },
-                [](const std::filesystem::path& p) -> std::shared_ptr<const Index> { return F::open(p); }};
-  if constexpr (format_policy<F>) e.write = &F::write;
+// What save<F> needs of F: its writing side alone, so that a program that saves a
+// format does not compile its reader.
+template <class F>
+FormatEntry writer_entry() {
+  FormatEntry e;
+  e.name = F::name;
+  if constexpr (requires { &F::write; }) e.write = &F::write;
+  if constexpr (requires { &F::write_to; }) e.write_to = &F::write_to;
   if constexpr (requires { &F::save_file; }) e.save_file = &F::save_file;
   if constexpr (requires { F::writes_streams; }) e.writes_streams = F::writes_streams;
+  if constexpr (requires { F::stores_boxes; }) {
+    if constexpr (F::stores_boxes) e.check_box = &F::check_box;
+  }
+  return e;
+}
+
+template <readable_format F>
+FormatEntry format_entry(int detect_order) {
+  FormatEntry e = writer_entry<F>();
+  e.detect_order = detect_order;
+  e.detect = [](const std::filesystem::path& p) -> bool { return F::detect(p); };
+  e.is_committed = [](const std::filesystem::path& p) -> bool { return F::is_committed(p); };
+  e.open = [](const std::filesystem::path& p) -> std::shared_ptr<const Index> { return F::open(p); };
+  if constexpr (requires { &F::detect_in; }) e.detect_in = &F::detect_in;
+  if constexpr (requires { &F::open_in; }) e.open_in = &F::open_in;
+  if constexpr (requires { &F::open_location; }) e.open_location = &F::open_location;
   return e;
 }
 
@@ -117,29 +152,50 @@ inline std::string registered_format_names() {
 }
 
 namespace detail {
-// A format's open(), every failure a ckpt::Error naming path: one a reader did not
-// foresee (a std::exception from a library it uses) is turned into one here.
-inline std::shared_ptr<const Index> open_with(const FormatEntry& e, const std::filesystem::path& path) {
+// A format's opener, every failure a ckpt::Error naming the checkpoint: one a reader did
+// not foresee (a std::exception from a library it uses) is turned into one here.
+template <class Open>
+std::shared_ptr<const Index> open_checked(const FormatEntry& e, const std::string& checkpoint, Open open) {
   try {
-    return e.open(path);
+    return open();
   } catch (const Error&) {
     throw;
   } catch (const std::bad_alloc&) {
-    throw Error(path.string(), "", std::string("out of memory reading the ") + std::string(e.name) + " checkpoint");
+    throw Error(checkpoint, "", std::string("out of memory reading the ") + std::string(e.name) + " checkpoint");
   } catch (const std::exception& x) {
-    throw CorruptCheckpointError(path.string(), "",
+    throw CorruptCheckpointError(checkpoint, "",
                                  std::string("cannot read the ") + std::string(e.name) + " checkpoint: " + x.what());
   }
 }
+inline std::shared_ptr<const Index> open_with(const FormatEntry& e, const std::filesystem::path& path) {
+  return open_checked(e, path.string(), [&] { return e.open(path); });
+}
+
+// A committed checkpoint on an object store: its objects listed once, the format found
+// by what they hold, and read by ranges through the storage.
+CKPT_API std::shared_ptr<const Index> open_location(const storage::Location& loc);
 }  // namespace detail
 
 // Opens whatever registered format path holds. With no match, a directory is opened as
 // native (its error says what is missing).
 CKPT_API std::shared_ptr<const Index> open_index(const std::filesystem::path& path);
 #if CKPT_DEFINE_API
+CKPT_API std::shared_ptr<const Index> detail::open_location(const storage::Location& loc) {
+  storage::require_committed(loc);
+  const auto kv = std::make_shared<const storage::LocationKv>(loc);
+  for (const auto& e : registered_formats()) {
+    if (!e.detect_in || !e.detect_in(*kv)) continue;
+    if (e.open_location) return open_checked(e, loc.url, [&] { return e.open_location(loc); });
+    if (e.open_in) return open_checked(e, loc.url, [&] { return e.open_in(kv, loc.url); });
+  }
+  std::string hint;
+  if (!find_format("orbax")) hint = "; a program that includes <ckpt/formats.hpp> also reads Orbax, t5x, zarr and Flax";
+  throw Error(loc.url, "", "no checkpoint format this program reads is here (" + std::to_string(kv->list("", SIZE_MAX).size()) +
+                               " objects; formats: " + registered_format_names() + hint + ")");
+}
+
 CKPT_API std::shared_ptr<const Index> open_index(const std::filesystem::path& path) {
-  if (const storage::UrlScheme* scheme = storage::find_url_scheme(path))  // s3://, mem://
-    return scheme->open_index(scheme->open(path.native()));
+  if (storage::find_url_scheme(path)) return detail::open_location(storage::open_location(path));  // s3://, mem://
   if (const FormatEntry* e = detect_format_entry(path)) return detail::open_with(*e, path);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw Error(path.string(), "", "no checkpoint here (nothing exists at this path)");

@@ -50,6 +50,7 @@
 #include <ckpt/format/native/writer.hpp>  // write_piece
 #include <ckpt/format/registry.hpp>
 #include <ckpt/io/file.hpp>
+#include <ckpt/io/kvstore.hpp>
 #include <ckpt/io/mapped_file.hpp>
 #include <ckpt/io/staging_dir.hpp>  // StagingDir, publish_file
 #include <ckpt/options.hpp>
@@ -260,7 +261,9 @@ inline bool looks_like_file(const fs::path& p) {
 }
 
 struct ParsedFile {
-  std::shared_ptr<const io::MappedFile> map;
+  std::shared_ptr<const io::MappedFile> map;  // a local file, mapped
+  std::shared_ptr<const io::KvStore> kv;      // or the store and key its tensors are read from by range
+  std::string key;
   std::map<std::string, std::string> metadata;
   struct Tensor {
     std::string name;
@@ -271,29 +274,30 @@ struct ParsedFile {
   std::vector<Tensor> tensors;
 };
 
-// Maps and validates one file; `shown` names it in messages.
-inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint) {
-  ParsedFile out;
-  out.map = io::MappedFile::open(file);
-  const auto all = out.map->bytes();
-  const std::string where = file.filename().string();
+// Checks the first 8 bytes' header length n against the file's size; fail(path, what) throws.
+template <class Fail>
+void check_header_length(std::uint64_t n, std::uint64_t file_size, const Fail& fail) {
+  if (n > max_header_bytes) fail("", "header length " + std::to_string(n) + " is over the 100 MB limit");
+  if (n > file_size - 8)
+    fail("", "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(file_size) +
+                 " bytes)");
+}
+
+// Validates the header (the n bytes of JSON after the length) of a file of file_size
+// bytes into out's metadata and tensors.
+inline void parse_header(ParsedFile& out, std::span<const std::byte> text, std::uint64_t file_size,
+                         const std::string& where, const std::string& checkpoint) {
   auto fail = [&](const std::string& path, const std::string& what) -> void {
     throw CorruptCheckpointError(checkpoint, path, where + ": " + what);
   };
-  if (all.size() < 8) fail("", "file is " + std::to_string(all.size()) + " bytes, too short for a safetensors header");
-  const std::uint64_t n = header_length(all.first(8));
-  if (n > max_header_bytes) fail("", "header length " + std::to_string(n) + " is over the 100 MB limit");
-  if (n > all.size() - 8)
-    fail("", "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(all.size()) +
-                 " bytes)");
-  const auto text = all.subspan(8, static_cast<std::size_t>(n));
+  const std::uint64_t n = text.size();
   if (n == 0 || text[0] != std::byte{'{'}) fail("", "header is not a JSON object");
   // nesting bounded, parse errors quoted safely (io/untrusted.hpp)
   const json h = ckpt::detail::parse_json({reinterpret_cast<const char*>(text.data()), text.size()}, checkpoint, "",
                                           where + ": header");
   if (!h.is_object()) fail("", "header is not a JSON object");
   const std::uint64_t data_start = 8 + n;
-  const std::uint64_t data_size = all.size() - data_start;
+  const std::uint64_t data_size = file_size - data_start;
   for (auto it = h.begin(); it != h.end(); ++it) {
     const std::string& name = it.key();
     const json& v = it.value();
@@ -352,8 +356,50 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
     if (t->begin > at) fail(shown(t->name), "gap of " + std::to_string(t->begin - at) + " bytes before the tensor's data");
     at = t->end;
   }
-  if (at != all.size())
-    fail("", std::to_string(all.size() - at) + " bytes after the last tensor are covered by no tensor");
+  if (at != file_size)
+    fail("", std::to_string(file_size - at) + " bytes after the last tensor are covered by no tensor");
+}
+
+
+// Maps and validates one local file (which may be a symbolic link: a Hugging Face cache
+// links its snapshots to blobs); `checkpoint` names it in messages.
+inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint) {
+  ParsedFile out;
+  out.map = io::MappedFile::open(file);
+  const auto all = out.map->bytes();
+  const std::string where = file.filename().string();
+  auto fail = [&](const std::string& path, const std::string& what) -> void {
+    throw CorruptCheckpointError(checkpoint, path, where + ": " + what);
+  };
+  if (all.size() < 8) fail("", "file is " + std::to_string(all.size()) + " bytes, too short for a safetensors header");
+  const std::uint64_t n = header_length(all.first(8));
+  check_header_length(n, all.size(), fail);
+  parse_header(out, all.subspan(8, static_cast<std::size_t>(n)), all.size(), where, checkpoint);
+  return out;
+}
+
+// Reads and validates the header of the file under key of a store (an object on S3 or
+// in memory): two ranged reads, the length and the JSON; the tensors are read later, each
+// by its own range.
+inline ParsedFile parse_object(const std::shared_ptr<const io::KvStore>& kv, const std::string& key,
+                               const std::string& checkpoint) {
+  ParsedFile out;
+  out.kv = kv;
+  out.key = key;
+  const std::string where = key.substr(key.rfind('/') == std::string::npos ? 0 : key.rfind('/') + 1);
+  auto fail = [&](const std::string& path, const std::string& what) -> void {
+    throw CorruptCheckpointError(checkpoint, path, where + ": " + what);
+  };
+  const auto size = kv->size(key);
+  if (!size) throw CorruptCheckpointError(checkpoint, "", where + " is missing");
+  if (*size < 8) fail("", "file is " + std::to_string(*size) + " bytes, too short for a safetensors header");
+  std::byte len[8];
+  kv->read(key, 0, len);
+  const std::uint64_t n = header_length(len);
+  check_header_length(n, *size, fail);
+  std::vector<std::byte> text(static_cast<std::size_t>(n));
+  kv->read(key, 8, text);
+  parse_header(out, text, *size, where, checkpoint);
   return out;
 }
 
@@ -361,8 +407,8 @@ inline ParsedFile parse_file(const fs::path& file, const std::string& checkpoint
 inline void add_file(interop::IndexBuilder& b, const ParsedFile& f, const interop::FlatNames& paths,
                      const std::string* expected_file = nullptr,
                      const std::map<std::string, std::string>* weight_map = nullptr) {
-  b.keep(f.map);
-  const auto all = f.map->bytes();
+  if (f.map) b.keep(f.map);
+  const auto all = f.map ? f.map->bytes() : std::span<const std::byte>();
   for (const auto& t : f.tensors) {
     if (weight_map) {
       const auto it = weight_map->find(t.name);
@@ -370,6 +416,15 @@ inline void add_file(interop::IndexBuilder& b, const ParsedFile& f, const intero
         throw CorruptCheckpointError(b.checkpoint(), shown(t.name),
                                      *expected_file + " holds tensor " + quote_for_message(t.name) +
                                          ", which the weight_map of " + index_file + " puts elsewhere or nowhere");
+    }
+    if (!f.map) {
+      const auto kv = f.kv;
+      const std::string key = f.key;
+      const std::uint64_t begin = t.begin;
+      b.add_loaded(paths.path(t.name), t.type, t.shape, key, "none",
+                   [kv, key, begin](std::span<std::byte> dst, const zarr::Fail&) { kv->read(key, begin, dst); }, {},
+                   [kv, key, begin](std::uint64_t at, std::span<std::byte> dst) { kv->read(key, begin + at, dst); });
+      continue;
     }
     const auto bytes = all.subspan(static_cast<std::size_t>(t.begin), static_cast<std::size_t>(t.end - t.begin));
     b.add_bytes(paths.path(t.name), t.type, t.shape, {bytes});
@@ -389,14 +444,16 @@ inline bool plain_file_name(const std::string& s) {
          s.find('\0') == std::string::npos;
 }
 
-inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, const std::string& checkpoint) {
-  const fs::path dir = index_path.parent_path().empty() ? fs::path(".") : index_path.parent_path();
-  const auto raw = io::read_file(index_path, max_index_json_bytes);
+// A sharded checkpoint from its index's bytes; open_shard(file name) parses a shard,
+// nullopt when it is missing.
+template <class OpenShard>
+std::shared_ptr<const Index> open_sharded_with(std::span<const std::byte> raw, const std::string& index_name,
+                                               const std::string& checkpoint, OpenShard open_shard) {
   const json j = ckpt::detail::parse_json({reinterpret_cast<const char*>(raw.data()), raw.size()}, checkpoint, "",
-                                          index_path.filename().string());
+                                          index_name);
   const auto wm = j.is_object() ? j.find("weight_map") : j.end();
   if (wm == j.end() || !wm->is_object())
-    throw CorruptCheckpointError(checkpoint, "", index_path.filename().string() + " has no weight_map object");
+    throw CorruptCheckpointError(checkpoint, "", index_name + " has no weight_map object");
   std::map<std::string, std::string> weight_map;
   std::vector<std::string> files;
   for (auto it = wm->begin(); it != wm->end(); ++it) {
@@ -412,16 +469,17 @@ inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, con
   }
   std::sort(files.begin(), files.end());
   interop::IndexBuilder b(checkpoint);
-  b.pieces_are_mapped();
   std::vector<std::string_view> names;  // a shard's tensors not in the weight_map are refused
   for (const auto& kv : weight_map) names.emplace_back(kv.first);
   const interop::FlatNames paths(names, '.');
   std::map<std::string, std::string> metadata;
   std::set<std::string> found;
   for (const auto& f : files) {
-    if (!fs::exists(dir / f))
+    const std::optional<ParsedFile> shard = open_shard(f);
+    if (!shard)
       throw CorruptCheckpointError(checkpoint, "", "shard " + quote_for_message(f) + " named by the weight_map is missing");
-    const ParsedFile pf = parse_file(dir / f, checkpoint);
+    const ParsedFile& pf = *shard;
+    if (pf.map) b.pieces_are_mapped();
     if (metadata.empty()) metadata = pf.metadata;
     add_file(b, pf, paths, &f, &weight_map);
     for (const auto& t : pf.tensors) found.insert(t.name);
@@ -434,6 +492,44 @@ inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, con
   IndexInfo info = info_from(metadata);
   info.format = "safetensors-sharded";
   return b.build(std::move(info));
+}
+
+inline std::shared_ptr<const Index> open_sharded(const fs::path& index_path, const std::string& checkpoint) {
+  const fs::path dir = index_path.parent_path().empty() ? fs::path(".") : index_path.parent_path();
+  const auto raw = io::read_file(index_path, max_index_json_bytes);
+  return open_sharded_with(raw, index_path.filename().string(), checkpoint, [&](const std::string& f) -> std::optional<ParsedFile> {
+    if (!fs::exists(dir / f)) return std::nullopt;
+    return parse_file(dir / f, checkpoint);
+  });
+}
+
+// A checkpoint directory's files read through its store, each tensor by its own range.
+inline std::shared_ptr<const Index> open_store(const std::shared_ptr<const io::KvStore>& kv, const std::string& checkpoint) {
+  if (const auto raw = kv->get(index_file, max_index_json_bytes))
+    return open_sharded_with(*raw, index_file, checkpoint, [&](const std::string& f) -> std::optional<ParsedFile> {
+      if (!kv->contains(f)) return std::nullopt;
+      return parse_object(kv, f, checkpoint);
+    });
+  const ParsedFile pf = parse_object(kv, single_file, checkpoint);
+  interop::IndexBuilder b(checkpoint);
+  std::vector<std::string_view> names;
+  for (const auto& t : pf.tensors) names.emplace_back(t.name);
+  add_file(b, pf, interop::FlatNames(names, '.'));
+  return b.build(info_from(pf.metadata));
+}
+
+// The first 9 bytes of the value under key: a header length that fits, then '{'.
+inline bool looks_like_object(const io::KvStore& kv, const std::string& key) {
+  try {
+    const auto size = kv.size(key);
+    if (!size || *size < 10) return false;
+    std::byte b[9];
+    kv.read(key, 0, b);
+    const std::uint64_t n = header_length(b);
+    return n >= 2 && n <= max_header_bytes && n <= *size - 8 && b[8] == std::byte{'{'};
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 inline std::shared_ptr<const Index> open_file(const fs::path& file, const std::string& checkpoint) {
@@ -497,7 +593,17 @@ struct safetensors {
     });
   }
 
-  // A .safetensors file, a *.safetensors.index.json, or a directory holding either.
+  // A checkpoint directory (a prefix of objects) holding model.safetensors or the index.
+  static bool detect_in(const io::KvStore& kv) {
+    namespace sd = detail::safetensors;
+    return kv.contains(sd::index_file) || sd::looks_like_object(kv, sd::single_file);
+  }
+  static std::shared_ptr<const Index> open_in(std::shared_ptr<const io::KvStore> kv, const std::string& checkpoint) {
+    return detail::safetensors::open_store(kv, checkpoint);
+  }
+
+  // A .safetensors file, a *.safetensors.index.json, or a directory holding either. Local
+  // files are mapped, and followed when they are links (a Hugging Face cache's are).
   static bool detect(const std::filesystem::path& p) {
     namespace sd = detail::safetensors;
     std::error_code ec;

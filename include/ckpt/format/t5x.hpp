@@ -22,7 +22,9 @@
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/flax.hpp>
 #include <ckpt/format/zarr.hpp>
+#include <ckpt/format/zarr/kv_chunks.hpp>
 #include <ckpt/format/zarr/write_part.hpp>
+#include <ckpt/io/kvstore.hpp>
 
 namespace ckpt {
 
@@ -35,12 +37,12 @@ inline constexpr std::string_view placeholder = "PLACEHOLDER://";
 
 // A relative path inside the checkpoint, from a spec or placeholder: every component
 // one plain name (no "..", no absolute paths, no empty components).
-inline fs::path checked_relative(std::string s, const std::string& checkpoint, const Path& p) {
+inline std::string checked_relative(std::string s, const std::string& checkpoint, const Path& p) {
   while (!s.empty() && s.back() == '/') s.pop_back();
   if (s.empty() || s[0] == '/')
     throw CorruptCheckpointError(checkpoint, p.str(), "array path " + quote_for_message(s) +
                                                           " is not relative to the checkpoint");
-  fs::path out;
+  std::string out;
   std::size_t at = 0;
   while (at <= s.size()) {
     const std::size_t slash = std::min(s.find('/', at), s.size());
@@ -48,7 +50,7 @@ inline fs::path checked_relative(std::string s, const std::string& checkpoint, c
     if (!zarr::safe_name(part))
       throw CorruptCheckpointError(checkpoint, p.str(), "array path " + quote_for_message(s) +
                                                             " leaves the checkpoint directory");
-    out /= part;
+    out += (out.empty() ? "" : "/") + part;
     at = slash + 1;
   }
   return out;
@@ -81,44 +83,45 @@ inline json to_json(const msgpack::object& o, int depth = 0) {
   }
 }
 
-// Opens the zarr array at rel (inside dir); when it has no .zarray (t5x's own test
-// data lacks them), the spec supplies the metadata.
-inline void add_array(interop::IndexBuilder& b, const fs::path& dir, const fs::path& rel, const Path& p,
-                      const json* spec) {
-  const fs::path adir = dir / rel;
+// Opens the zarr array at rel (a '/'-separated path inside the checkpoint's store);
+// when it has no .zarray (t5x's own test data lacks them), the spec supplies the metadata.
+inline void add_array(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const std::string& rel,
+                      const Path& p, const json* spec) {
   auto fail = [&](const std::string& w) { throw CorruptCheckpointError(b.checkpoint(), p.str(), w); };
-  // every directory on the way a real one: a link would reach outside the checkpoint
-  if (io::has_symlink_below(dir, rel) || !zarr::is_dir(adir))
-    fail("array directory " + quote_for_message(rel.string()) + " is missing (or a symbolic link)");
-  zarr::ArrayMeta m;
-  if (zarr::is_file(adir / ".zarray")) {
-    m = zarr::parse_zarray(zarr::read_json_file(adir / ".zarray", b.checkpoint(), p.str()), fail);
-  } else if (spec) {
-    json z = spec->contains("metadata") && (*spec)["metadata"].is_object() ? (*spec)["metadata"] : json::object();
-    z["zarr_format"] = 2;
-    if (!z.contains("dtype")) {
-      if (!spec->contains("dtype") || !(*spec)["dtype"].is_string()) fail("TensorStore spec has no dtype");
-      const auto d = zarr::dtype_from_numpy_name((*spec)["dtype"].get<std::string>());
-      if (!d) fail("TensorStore dtype " + detail::describe((*spec)["dtype"]) + " is not supported");
-      z["dtype"] = zarr::typestr(*d);
+  try {
+    if (kv->contains(rel + "/.zarray")) {
+      b.add_zarr(p, std::make_shared<const zarr::KvArrayV2>(zarr::KvArrayV2::open(kv, rel, b.checkpoint(), p.str())));
+      return;
     }
-    if (!z.contains("chunks") && z.contains("shape")) z["chunks"] = z["shape"];
-    if (!z.contains("compressor")) z["compressor"] = nullptr;
-    m = zarr::parse_zarray(z, fail);
-    // a 0-sized chunk dimension cannot be read; a shape of 0 gives chunks of 1
-  } else {
-    fail("array " + quote_for_message(rel.string()) + " has no .zarray");
+    if (!spec) fail("array " + quote_for_message(rel) + " has no .zarray");
+    if (kv->list(rel + "/", zarr::max_chunks + 16).empty())
+      fail("array directory " + quote_for_message(rel) + " is missing (or a symbolic link)");
+  } catch (const CorruptCheckpointError&) {
+    throw;
+  } catch (const Error& e) {  // a directory on the way is a symbolic link
+    fail("array directory " + quote_for_message(rel) + ": " + e.what());
   }
-  if (const auto bad = zarr::check_plausible(adir, m); !bad.empty()) fail(bad);
-  b.add_zarr(p, adir, rel.string(), std::move(m));
+  json z = spec->contains("metadata") && (*spec)["metadata"].is_object() ? (*spec)["metadata"] : json::object();
+  z["zarr_format"] = 2;
+  if (!z.contains("dtype")) {
+    if (!spec->contains("dtype") || !(*spec)["dtype"].is_string()) fail("TensorStore spec has no dtype");
+    const auto d = zarr::dtype_from_numpy_name((*spec)["dtype"].get<std::string>());
+    if (!d) fail("TensorStore dtype " + detail::describe((*spec)["dtype"]) + " is not supported");
+    z["dtype"] = zarr::typestr(*d);
+  }
+  if (!z.contains("chunks") && z.contains("shape")) z["chunks"] = z["shape"];
+  if (!z.contains("compressor")) z["compressor"] = nullptr;
+  // (a 0-sized chunk dimension cannot be read; a shape of 0 gives chunks of 1)
+  b.add_zarr(p, std::make_shared<const zarr::KvArrayV2>(
+                    zarr::KvArrayV2::with_meta(kv, rel, zarr::parse_zarray(z, fail), b.checkpoint(), p.str())));
 }
 
-inline interop::SpecialLeaf special(const fs::path& dir) {
-  return [dir](interop::IndexBuilder& b, const Path& p, const msgpack::object& o) -> bool {
+inline interop::SpecialLeaf special(std::shared_ptr<const io::KvStore> kv) {
+  return [kv](interop::IndexBuilder& b, const Path& p, const msgpack::object& o) -> bool {
     if (o.type == msgpack::type::STR) {
       const std::string_view s(o.via.str.ptr, o.via.str.size);
       if (s.substr(0, placeholder.size()) != placeholder) return false;
-      add_array(b, dir, checked_relative(std::string(s.substr(placeholder.size())), b.checkpoint(), p), p, nullptr);
+      add_array(b, kv, checked_relative(std::string(s.substr(placeholder.size())), b.checkpoint(), p), p, nullptr);
       return true;
     }
     if (o.type != msgpack::type::MAP) return false;
@@ -144,7 +147,7 @@ inline interop::SpecialLeaf special(const fs::path& dir) {
     } else if (spec.contains("path") && spec["path"].is_string()) {
       path = spec["path"].get<std::string>();
     }
-    add_array(b, dir, checked_relative(path, b.checkpoint(), p), p, &spec);
+    add_array(b, kv, checked_relative(path, b.checkpoint(), p), p, &spec);
     return true;
   };
 }
@@ -201,18 +204,19 @@ struct basic_t5x {
     progress.finish();  // the scalars, in the msgpack file just written
   }
 
-  static bool detect(const std::filesystem::path& dir) {
-    std::error_code ec;
-    return std::filesystem::is_directory(dir, ec) && flax::looks_like_msgpack_map(dir / "checkpoint");
-  }
+  static bool detect_in(const io::KvStore& kv) { return flax::looks_like_msgpack_map(kv, "checkpoint"); }
+  static bool detect(const std::filesystem::path& dir) { return detect_in(io::DirectoryKv(dir)); }
 
   // t5x writes `checkpoint` last, after every array: its presence means the step is whole.
   static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
 
+  static std::shared_ptr<const Index> open_in(std::shared_ptr<const io::KvStore> kv, const std::string& checkpoint) {
+    return flax::open_msgpack(kv, "checkpoint", checkpoint, "t5x", detail::t5x::special(kv), true);
+  }
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec)) throw Error(dir.string(), "", "no t5x checkpoint here (not a directory)");
-    return flax::open_msgpack(dir / "checkpoint", dir.string(), "t5x", detail::t5x::special(dir), true);
+    return open_in(std::make_shared<io::DirectoryKv>(dir), dir.string());
   }
 };
 using t5x = basic_t5x<>;

@@ -15,8 +15,10 @@
 #include <ckpt/format/registry.hpp>
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/format/zarr/chunks.hpp>
+#include <ckpt/format/zarr/kv_chunks.hpp>
 #include <ckpt/format/zarr/metadata.hpp>
 #include <ckpt/io/file.hpp>
+#include <ckpt/io/kvstore.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
 
@@ -41,30 +43,30 @@ inline bool is_dir(const fs::path& p) {  // a real directory, not a symlink to o
   return fs::is_directory(fs::symlink_status(p, ec));
 }
 
-// Adds every array under group `dir` (path p) to b; `rel` is dir relative to the root.
-inline void read_group(interop::IndexBuilder& b, const fs::path& dir, const std::string& rel, Path& p, int depth,
-                       std::size_t& nodes) {
+// The array `name` of a store (".zarray" under it) as a leaf at p.
+inline void add_array(interop::IndexBuilder& b, const Path& p, const std::shared_ptr<const io::KvStore>& kv,
+                      const std::string& name) {
+  b.add_zarr(p, std::make_shared<const KvArrayV2>(KvArrayV2::open(kv, name, b.checkpoint(), p.empty() ? "<root>" : p.str())));
+}
+
+// Adds every array under group `rel` ("" for the root; path p) of the store to b.
+inline void read_group(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const std::string& rel,
+                       Path& p, int depth, std::size_t& nodes) {
   if (depth > max_depth) throw CorruptCheckpointError(b.checkpoint(), p.str(), "groups nest too deep");
   std::vector<std::string> names;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  for (auto& n : kv->children(rel.empty() ? "" : rel + "/", max_nodes)) {
     if (++nodes > max_nodes) throw CorruptCheckpointError(b.checkpoint(), p.str(), "too many files");
-    const std::string n = it->path().filename().string();
-    if (n.empty() || n[0] == '.' || !is_dir(it->path())) continue;
-    names.push_back(n);
+    if (!n.empty() && n[0] != '.') names.push_back(std::move(n));
   }
-  if (ec) throw CorruptCheckpointError(b.checkpoint(), p.str(), "cannot list " + dir.string() + ": " + ec.message());
-  std::sort(names.begin(), names.end());
   bool any = false;
   for (const auto& n : names) {
-    const fs::path sub = dir / n;
     const std::string r = rel.empty() ? n : rel + "/" + n;
     p.push(n);
-    if (is_file(sub / ".zarray")) {
-      b.add_zarr(p, sub, r, open_array(sub, b.checkpoint(), p.str()));
+    if (kv->contains(r + "/.zarray")) {
+      add_array(b, p, kv, r);
       any = true;
-    } else if (is_file(sub / ".zgroup")) {
-      read_group(b, sub, r, p, depth + 1, nodes);
+    } else if (kv->contains(r + "/.zgroup")) {
+      read_group(b, kv, r, p, depth + 1, nodes);
       any = true;
     }
     p = Path(std::vector<std::string>(p.segments().begin(), p.segments().end() - 1));
@@ -121,20 +123,19 @@ struct basic_zarr_v2 {
     }
     progress.finish();  // the empty nodes (None), which write no array
   }
-  static bool detect(const std::filesystem::path& dir) {
-    return zarr::is_file(dir / ".zgroup") || zarr::is_file(dir / ".zarray");
-  }
+  static bool detect_in(const io::KvStore& kv) { return kv.contains(".zgroup") || kv.contains(".zarray"); }
+  static bool detect(const std::filesystem::path& dir) { return detect_in(io::DirectoryKv(dir)); }
   // zarr has no commit marker: a group or array whose metadata file is there counts.
   static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
-  static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
-    const std::string ckpt = dir.string();
+
+  static std::shared_ptr<const Index> open_in(std::shared_ptr<const io::KvStore> kv, const std::string& ckpt) {
     interop::IndexBuilder b(ckpt);
     Path p;
-    if (zarr::is_file(dir / ".zarray")) {
-      b.add_zarr(p, dir, ".", zarr::open_array(dir, ckpt, "<root>"));
-    } else if (zarr::is_file(dir / ".zgroup")) {
+    if (kv->contains(".zarray")) {
+      zarr::add_array(b, p, kv, "");
+    } else if (kv->contains(".zgroup")) {
       std::size_t nodes = 0;
-      zarr::read_group(b, dir, "", p, 0, nodes);
+      zarr::read_group(b, kv, "", p, 0, nodes);
     } else {
       throw Error(ckpt, "", "not a zarr array or group (no .zarray or .zgroup)");
     }
@@ -142,6 +143,9 @@ struct basic_zarr_v2 {
     info.format = "zarr";
     info.format_version = 2;
     return b.build(std::move(info));
+  }
+  static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
+    return open_in(std::make_shared<io::DirectoryKv>(dir), dir.string());
   }
 };
 using zarr_v2 = basic_zarr_v2<>;

@@ -23,8 +23,9 @@ namespace ckpt {
 namespace detail::zarr3 {
 namespace fs = std::filesystem;
 
-inline std::string node_type(const fs::path& dir, const std::string& ckpt, const std::string& path) {
-  const zarr::json j = zarr::read_json_file(dir / "zarr.json", ckpt, path);
+// The node_type of the zarr.json under prefix rel ("" for the root).
+inline std::string node_type(const io::KvStore& kv, const std::string& rel, const std::string& ckpt, const std::string& path) {
+  const zarr::json j = zarr::read_json(kv, rel.empty() ? "zarr.json" : rel + "/zarr.json", ckpt, path);
   if (!j.is_object() || !j.contains("zarr_format") || j["zarr_format"] != 3 || !j.contains("node_type") || !j["node_type"].is_string())
     throw CorruptCheckpointError(ckpt, path, "zarr.json is not zarr v3 metadata");
   return j["node_type"].get<std::string>();
@@ -37,25 +38,22 @@ inline void add_array(interop::IndexBuilder& b, const Path& p, const std::shared
                  [a](const Shape& o, const Shape& n, std::span<std::byte> dst, const zarr::Fail& fail) { a->read_box(o, n, dst, fail); });
 }
 
-inline void read_group(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const fs::path& dir,
-                       const std::string& rel, Path& p, int depth, std::size_t& nodes) {
+inline void read_group(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const std::string& rel,
+                       Path& p, int depth, std::size_t& nodes) {
   if (depth > zarr::max_depth) throw CorruptCheckpointError(b.checkpoint(), p.str(), "groups nest too deep");
   std::vector<std::string> names;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+  for (auto& n : kv->children(rel.empty() ? "" : rel + "/", zarr::max_nodes)) {
     if (++nodes > zarr::max_nodes) throw CorruptCheckpointError(b.checkpoint(), p.str(), "too many files");
-    const std::string n = it->path().filename().string();
-    if (n.empty() || n[0] == '.' || !zarr::is_dir(it->path()) || !zarr::is_file(it->path() / "zarr.json")) continue;
-    names.push_back(n);
+    if (n.empty() || n[0] == '.' || !kv->contains((rel.empty() ? n : rel + "/" + n) + "/zarr.json")) continue;
+    names.push_back(std::move(n));
   }
-  std::sort(names.begin(), names.end());
   if (names.empty() && !p.empty()) b.add_none(p);
   for (const auto& n : names) {
     const std::string r = rel.empty() ? n : rel + "/" + n;
     p.push(n);
-    const std::string t = node_type(dir / n, b.checkpoint(), p.str());
+    const std::string t = node_type(*kv, r, b.checkpoint(), p.str());
     if (t == "array") add_array(b, p, kv, r);
-    else if (t == "group") read_group(b, kv, dir / n, r, p, depth + 1, nodes);
+    else if (t == "group") read_group(b, kv, r, p, depth + 1, nodes);
     else throw CorruptCheckpointError(b.checkpoint(), p.str(), "zarr.json node_type is neither array nor group");
     p = Path(std::vector<std::string>(p.segments().begin(), p.segments().end() - 1));
   }
@@ -65,28 +63,27 @@ inline void read_group(interop::IndexBuilder& b, const std::shared_ptr<const io:
 struct zarr_v3 {
   static constexpr const char* name = "zarr3";
 
-  static bool detect(const std::filesystem::path& dir) {
-    if (!zarr::is_file(dir / "zarr.json")) return false;
+  static bool detect_in(const io::KvStore& kv) {
+    if (!kv.contains("zarr.json")) return false;
     try {
-      const auto j = zarr::read_json_file(dir / "zarr.json", dir.string(), "");
+      const auto j = zarr::read_json(kv, "zarr.json", kv.describe(), "");
       return j.is_object() && j.contains("zarr_format") && j["zarr_format"] == 3;
     } catch (const Error&) {
       return false;
     }
   }
+  static bool detect(const std::filesystem::path& dir) { return detect_in(io::DirectoryKv(dir)); }
   static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
 
-  static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
-    const std::string ckpt = dir.string();
+  static std::shared_ptr<const Index> open_in(std::shared_ptr<const io::KvStore> kv, const std::string& ckpt) {
     interop::IndexBuilder b(ckpt);
-    auto kv = std::make_shared<io::DirectoryKv>(dir);
     Path p;
-    const std::string t = detail::zarr3::node_type(dir, ckpt, "");
+    const std::string t = detail::zarr3::node_type(*kv, "", ckpt, "");
     if (t == "array") {
       detail::zarr3::add_array(b, p, kv, "");
     } else if (t == "group") {
       std::size_t nodes = 0;
-      detail::zarr3::read_group(b, kv, dir, "", p, 0, nodes);
+      detail::zarr3::read_group(b, kv, "", p, 0, nodes);
     } else {
       throw CorruptCheckpointError(ckpt, "", "zarr.json node_type is neither array nor group");
     }
@@ -94,6 +91,9 @@ struct zarr_v3 {
     info.format = "zarr";
     info.format_version = 3;
     return b.build(std::move(info));
+  }
+  static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
+    return open_in(std::make_shared<io::DirectoryKv>(dir), dir.string());
   }
 };
 static_assert(readable_format<zarr_v3>);

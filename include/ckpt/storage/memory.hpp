@@ -71,6 +71,14 @@ class MemoryStorage final : public Storage {
     return out;
   }
 
+  std::vector<Listed> list_sizes(const std::string& prefix) const override {
+    std::lock_guard lock(mu_);
+    std::vector<Listed> out;
+    for (auto it = objects_.lower_bound(prefix); it != objects_.end() && it->first.starts_with(prefix); ++it)
+      out.push_back({it->first, it->second->size()});
+    return out;
+  }
+
   void remove(const std::vector<std::string>& keys) override {
     std::lock_guard lock(mu_);
     for (const auto& k : keys) objects_.erase(k);

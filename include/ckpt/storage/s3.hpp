@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -167,8 +168,9 @@ inline std::string xml_unescape(std::string_view s) {
   return out;
 }
 
-// Every <tag>value</tag> in document order (values unescaped).
-inline std::vector<std::string> xml_all(std::string_view xml, std::string_view tag) {
+// Every <tag>value</tag> in document order (values unescaped, unless `raw`: an element
+// whose own elements are read next).
+inline std::vector<std::string> xml_all(std::string_view xml, std::string_view tag, bool raw = false) {
   std::vector<std::string> out;
   const std::string open = "<" + std::string(tag) + ">", close = "</" + std::string(tag) + ">";
   for (std::size_t at = 0;;) {
@@ -176,7 +178,8 @@ inline std::vector<std::string> xml_all(std::string_view xml, std::string_view t
     if (b == std::string_view::npos) break;
     const auto e = xml.find(close, b + open.size());
     if (e == std::string_view::npos) break;
-    out.push_back(xml_unescape(xml.substr(b + open.size(), e - b - open.size())));
+    const auto inner = xml.substr(b + open.size(), e - b - open.size());
+    out.push_back(raw ? std::string(inner) : xml_unescape(inner));
     at = e + close.size();
   }
   return out;
@@ -448,6 +451,13 @@ class S3Storage final : public Storage {
 
   std::vector<std::string> list(const std::string& prefix) const override {
     std::vector<std::string> keys;
+    for (auto& o : list_sizes(prefix)) keys.push_back(std::move(o.key));
+    return keys;
+  }
+
+  // ListObjectsV2: each <Contents> holds its <Key> and <Size>.
+  std::vector<Listed> list_sizes(const std::string& prefix) const override {
+    std::vector<Listed> objects;
     std::string token;
     for (int page = 0;; ++page) {
       ckpt::detail::s3::Request r;
@@ -459,13 +469,21 @@ class S3Storage final : public Storage {
       q += "&prefix=" + ckpt::detail::s3::encode(prefix, false);
       r.query = q;
       const auto res = perform(r);
-      for (auto& k : ckpt::detail::s3::xml_all(res.body, "Key")) keys.push_back(std::move(k));
+      for (const auto& c : ckpt::detail::s3::xml_all(res.body, "Contents", true)) {
+        Listed o;
+        o.key = ckpt::detail::s3::xml_first(c, "Key");
+        const std::string size = ckpt::detail::s3::xml_first(c, "Size");
+        const auto [end, ec] = std::from_chars(size.data(), size.data() + size.size(), o.size);
+        if (o.key.empty() || ec != std::errc() || end != size.data() + size.size())
+          throw Error(url(prefix), "", "S3 LIST: an entry without a key or a size");
+        objects.push_back(std::move(o));
+      }
       if (ckpt::detail::s3::xml_first(res.body, "IsTruncated") != "true") break;
       token = ckpt::detail::s3::xml_first(res.body, "NextContinuationToken");
       if (token.empty()) throw Error(url(prefix), "", "S3 LIST: a truncated page without a continuation token");
     }
-    std::sort(keys.begin(), keys.end());
-    return keys;
+    std::sort(objects.begin(), objects.end(), [](const Listed& a, const Listed& b) { return a.key < b.key; });
+    return objects;
   }
 
   void remove(const std::vector<std::string>& keys) override {

@@ -40,13 +40,7 @@
 
 #include <ckpt/error.hpp>
 
-namespace ckpt {
-
-class Index;
-struct Snapshot;
-struct SaveOptions;
-
-namespace storage {
+namespace ckpt::storage {
 
 using ConstBytes = std::span<const std::byte>;
 
@@ -128,6 +122,20 @@ class Storage {
 
   // Every key that starts with prefix, sorted (all pages of a paginated listing).
   virtual std::vector<std::string> list(const std::string& prefix) const = 0;
+
+  // The same listing with each object's size: what a reader of a committed checkpoint
+  // takes once, instead of asking each object's size (S3: the listing carries the sizes,
+  // one request per thousand objects instead of one per object). The default asks.
+  struct Listed {
+    std::string key;
+    std::uint64_t size = 0;
+  };
+  virtual std::vector<Listed> list_sizes(const std::string& prefix) const {
+    std::vector<Listed> out;
+    for (auto& k : list(prefix))
+      if (const auto n = size(k)) out.push_back({std::move(k), *n});  // (one deleted since the listing is left out)
+    return out;
+  }
 
   // Deletes the objects; absent ones are not an error.
   virtual void remove(const std::vector<std::string>& keys) = 0;
@@ -262,16 +270,12 @@ inline ParsedUrl parse_url(std::string_view url) {
   return out;
 }
 
-// A registered URL scheme: how to reach its storage, and the object-store versions of
-// save and open (storage/object_store.hpp fills them in).
-using FormatWriteFn = void (*)(const Snapshot&, const std::filesystem::path&, const SaveOptions&);
-using BeforeCommitFn = std::function<void(const std::filesystem::path&)>;
+// A registered URL scheme: how to reach its storage. What a checkpoint is on it (the
+// commit marker, storage/object_store.hpp) is the same for every object store; the
+// formats read and write through the Storage it opens.
 struct UrlScheme {
   std::string_view scheme;
   Location (*open)(const std::string& url) = nullptr;
-  void (*save)(const Location&, const Snapshot&, const SaveOptions&, FormatWriteFn, const BeforeCommitFn&) = nullptr;
-  std::shared_ptr<const Index> (*open_index)(const Location&) = nullptr;
-  bool (*is_committed)(const Location&) = nullptr;
 };
 
 namespace detail {
@@ -312,7 +316,9 @@ inline Location open_location(const std::filesystem::path& url) {
   return s->open(url.native());
 }
 
-}  // namespace storage
+}  // namespace ckpt::storage
+
+namespace ckpt {
 
 // --- storage policies: CheckpointManager<State, ..., ckpt::s3> ---
 // A storage policy names its URL scheme; a manager given one takes a root without a

@@ -24,6 +24,7 @@
 #include <ckpt/format/msgpack.hpp>
 #include <ckpt/exec/progress_tracker.hpp>
 #include <ckpt/format/interop/stored.hpp>
+#include <ckpt/io/kvstore.hpp>
 #include <ckpt/io/file.hpp>
 
 namespace ckpt::interop {
@@ -377,6 +378,27 @@ inline void write_tree(PieceWriter& w, const SnapNode& n, const std::string& che
   }
 }
 
+// Parses the msgpack bytes keep.file holds.
+inline const msgpack::object& parse_kept(MsgpackKeep& keep, const std::string& checkpoint, const std::string& context) {
+  const auto& h = keep.handles.emplace_back(detail::mp::unpack_untrusted(
+      reinterpret_cast<const char*>(keep.file->data()), keep.file->size(), checkpoint, context));
+  return h.get();
+}
+
+// Reads the whole msgpack value under key of a store and parses it.
+inline const msgpack::object& load_msgpack(const io::KvStore& kv, const std::string& key, MsgpackKeep& keep,
+                                           const std::string& checkpoint, const std::string& context,
+                                           std::uint64_t max_bytes = std::uint64_t{1} << 40) {
+  try {
+    auto bytes = kv.get(key, max_bytes);
+    if (!bytes) throw Error(kv.describe(), key, "missing");
+    keep.file = std::make_shared<std::vector<std::byte>>(std::move(*bytes));
+  } catch (const Error& e) {
+    throw CorruptCheckpointError(checkpoint, "", context + " cannot be read: " + e.what());
+  }
+  return parse_kept(keep, checkpoint, context);
+}
+
 // Reads a whole msgpack file (bounded by its size on disk) and parses it.
 inline const msgpack::object& load_msgpack_file(const fs::path& file, MsgpackKeep& keep, const std::string& checkpoint,
                                                 const std::string& context,
@@ -387,9 +409,7 @@ inline const msgpack::object& load_msgpack_file(const fs::path& file, MsgpackKee
   } catch (const Error& e) {
     throw CorruptCheckpointError(checkpoint, "", context + " cannot be read: " + e.what());
   }
-  const auto& h = keep.handles.emplace_back(detail::mp::unpack_untrusted(
-      reinterpret_cast<const char*>(keep.file->data()), keep.file->size(), checkpoint, context));
-  return h.get();
+  return parse_kept(keep, checkpoint, context);
 }
 
 }  // namespace ckpt::interop

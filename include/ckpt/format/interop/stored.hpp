@@ -1,8 +1,9 @@
 // ckpt/format/interop/stored.hpp — the Index side shared by the formats of the JAX world.
 //
-// A leaf of a Flax, t5x, Orbax or zarr checkpoint lives in one of three places: bytes
-// inside a parsed file (msgpack), several such pieces (Flax's chunked arrays), or a
-// zarr array directory. IndexBuilder collects entries and where each one lives; the
+// A leaf of a Flax, t5x, Orbax, zarr or safetensors checkpoint lives in one of three
+// places: bytes inside a parsed file (msgpack), several such pieces (Flax's chunked
+// arrays), or a store that `load` reads from (a zarr array's chunks, a byte range of a
+// safetensors file), through the checkpoint's io::KvStore. IndexBuilder collects entries and where each one lives; the
 // Reader it makes fetches them. These formats carry no checksums: `verify` has
 // nothing to check beyond the decoding itself, which always validates sizes.
 #pragma once
@@ -20,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include <ckpt/format/zarr/chunks.hpp>
+#include <ckpt/format/zarr/kv_chunks.hpp>
 #include <ckpt/index.hpp>
 #include <ckpt/snapshot.hpp>
 
@@ -31,15 +32,15 @@ namespace fs = std::filesystem;
 struct Stored {
   std::vector<std::span<const std::byte>> pieces;  // in-memory bytes, concatenated
   bool swap = false;                                // big-endian pieces
-  fs::path array_dir;                               // set: a zarr array
-  zarr::ArrayMeta meta;
-  // set: anything else that fills the leaf's bytes itself (zarr arrays in a
-  // key-value store such as OCDBT); `fail` throws naming the checkpoint and leaf
+  // set: what fills the leaf's bytes itself (a zarr array's chunks in a key-value
+  // store); `fail` throws naming the checkpoint and leaf
   std::function<void(std::span<std::byte>, const std::function<void(const std::string&)>& fail)> load;
   // with load: reads the box at (origin, shape) alone, decoding only what meets it
   std::function<void(const Shape& origin, const Shape& shape, std::span<std::byte>,
                      const std::function<void(const std::string&)>& fail)>
       load_box;
+  // with load: reads bytes [at, at + dst.size()) of the leaf alone (a byte range of a file)
+  std::function<void(std::uint64_t at, std::span<std::byte>)> load_range;
 };
 
 class Reader final : public IndexReader {
@@ -48,13 +49,18 @@ class Reader final : public IndexReader {
     // Ranges when every leaf is plain bytes in memory (safetensors, a mapped file):
     // restores and converts under a memory budget then read them piece by piece.
     ranges_ = std::all_of(stored_.begin(), stored_.end(),
-                          [](const Stored& s) { return s.array_dir.empty() && !s.load && !s.swap; });
+                          [](const Stored& s) { return s.load ? bool(s.load_range) : !s.swap; });
   }
 
   bool reads_ranges() const override { return ranges_; }
   void read_range(const Index& index, const IndexEntry& e, std::uint64_t at, std::span<std::byte> dst) const override {
     if (!ranges_) return IndexReader::read_range(index, e, at, dst);
     const Stored& s = stored(index, e);
+    if (s.load_range) {
+      if (at > e.length || dst.size() > e.length - at)
+        throw Error(index.checkpoint(), e.path.str(), "range past the end of the leaf");
+      return s.load_range(at, dst);
+    }
     std::uint64_t start = 0;  // of the current piece, in the leaf
     auto out = dst;
     for (auto p : s.pieces) {
@@ -77,10 +83,6 @@ class Reader final : public IndexReader {
                 std::span<std::byte> dst) const override {
     const Stored& s = stored(index, e);
     auto fail = [&](const std::string& w) { throw CorruptCheckpointError(index.checkpoint(), e.path.str(), w); };
-    if (!s.array_dir.empty()) {
-      zarr::read_array_box(s.array_dir, s.meta, origin, shape, dst, fail);
-      return true;
-    }
     if (s.load_box) {
       s.load_box(origin, shape, dst, fail);
       return true;
@@ -91,10 +93,6 @@ class Reader final : public IndexReader {
   void read(const Index& index, const IndexEntry& e, std::span<std::byte> dst, bool) const override {
     const Stored& s = stored(index, e);
     auto fail = [&](const std::string& w) { throw CorruptCheckpointError(index.checkpoint(), e.path.str(), w); };
-    if (!s.array_dir.empty()) {
-      zarr::read_array(s.array_dir, s.meta, dst, fail);
-      return;
-    }
     if (s.load) {
       s.load(dst, fail);
       return;
@@ -170,26 +168,21 @@ class IndexBuilder {
   // Memory the entries' spans point into, kept alive by the Index.
   void keep(std::shared_ptr<const void> k) { keep_.push_back(std::move(k)); }
 
-  void add_zarr(Path p, const fs::path& dir, std::string rel, zarr::ArrayMeta meta) {
-    IndexEntry e;
-    e.path = std::move(p);
-    e.type = meta.type;
-    e.shape = meta.shape;
-    e.length = meta.bytes();
-    e.file = std::move(rel);
-    e.codec = io::codec_name(meta.compressor);
-    entries_.push_back(std::move(e));
-    Stored s;
-    s.array_dir = dir;
-    s.meta = std::move(meta);
-    stored_.push_back(std::move(s));
+  // A zarr v2 array of a key-value store: only the chunks a read meets are fetched.
+  void add_zarr(Path p, std::shared_ptr<const zarr::KvArrayV2> a, std::string_view codec = {}) {
+    add_loaded(std::move(p), a->meta.type, a->meta.shape, a->name,
+               codec.empty() ? io::codec_name(a->meta.compressor) : codec,
+               [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); },
+               [a](const Shape& o, const Shape& n, std::span<std::byte> dst, const zarr::Fail& fail) {
+                 a->read_box(o, n, dst, fail);
+               });
   }
 
   // A leaf whose bytes `load` produces (dst is exactly dtype size x elements), and a box
   // of them `load_box` (may be empty: boxes are then cut from the whole); `where` is what
   // `ckpt tree` shows as its file, `codec` its encoding (a literal: IndexEntry::codec).
   void add_loaded(Path p, dtype t, Shape shape, std::string where, std::string_view codec, decltype(Stored::load) load,
-                  decltype(Stored::load_box) load_box = {}) {
+                  decltype(Stored::load_box) load_box = {}, decltype(Stored::load_range) load_range = {}) {
     IndexEntry e;
     e.path = std::move(p);
     e.type = t;
@@ -201,6 +194,7 @@ class IndexBuilder {
     Stored s;
     s.load = std::move(load);
     s.load_box = std::move(load_box);
+    s.load_range = std::move(load_range);
     stored_.push_back(std::move(s));
   }
 

@@ -16,6 +16,12 @@ class Index;
 struct Snapshot;
 struct SaveOptions;
 struct SnapshotLeaf;
+namespace io {
+class KvStore;
+}
+namespace storage {
+struct Location;
+}
 
 struct native {
   static constexpr const char* name = "native";
@@ -26,6 +32,14 @@ struct native {
   // The commit marker is written last, after every data file and the manifest are durable.
   static bool is_committed(const std::filesystem::path& dir);
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir);
+  // Through the storage concept (what the publish step and open_index use on object
+  // stores): the data objects streamed from the leaves and read by coalesced ranges
+  // (Storage::get_many), not through a key-value store.
+  static bool detect_in(const io::KvStore& kv);
+  static void write_to(const Snapshot& s, const storage::Location& loc, const SaveOptions& o);
+  static std::shared_ptr<const Index> open_location(const storage::Location& loc);
+  // Sharded leaves (boxes of global arrays) are stored by this format alone.
+  static constexpr bool stores_boxes = true;
   // Throws unless a Sharded leaf's box lies inside its global shape (dir names the checkpoint).
   static void check_box(const std::string& dir, const SnapshotLeaf& leaf);
 };

@@ -11,9 +11,11 @@
 //                           merges into the root one; the root's data file table may
 //                           name their files ("ocdbt.process_0/d/...")
 //
-// Opening reads the manifest, takes the latest generation, walks its B+tree and keeps
-// every key with where its value is: inline bytes, or (file, offset, length) read with
-// exact ranges later. Every node's CRC-32C is checked; offsets, lengths, counts, depth
+// The database's files are read through a key-value store (a directory, objects on S3
+// or in memory), so that a database anywhere costs only the ranges read. Opening reads
+// the manifest, takes the latest generation, walks its B+tree and keeps every key with
+// where its value is: inline bytes, or (file, offset, length) read with exact ranges
+// later. Every node's CRC-32C is checked; offsets, lengths, counts, depth
 // and the number of nodes are bounded, so a hostile database costs an error, never a
 // crash or an unbounded allocation. Older generations are not read.
 #pragma once
@@ -128,17 +130,23 @@ class Database final : public io::KvStore {
     std::string bytes;
   };
 
-  // Opens the database in dir; `checkpoint` names it in errors.
-  static std::shared_ptr<const Database> open(const fs::path& dir, const std::string& checkpoint) {
-    auto db = std::shared_ptr<Database>(new Database(dir, checkpoint));
+  // Opens the database whose files are under `dir` ("" or ending in '/') of the store
+  // `files`; `checkpoint` names it in errors.
+  static std::shared_ptr<const Database> open(std::shared_ptr<const io::KvStore> files, std::string dir,
+                                              const std::string& checkpoint) {
+    if (!dir.empty() && !dir.ends_with('/')) dir += '/';
+    auto db = std::shared_ptr<Database>(new Database(std::move(files), std::move(dir), checkpoint));
     db->load();
     return db;
   }
-
-  static bool is_database(const fs::path& dir) {
-    std::error_code ec;
-    return fs::is_regular_file(fs::symlink_status(dir / "manifest.ocdbt", ec));
+  static std::shared_ptr<const Database> open(const fs::path& dir, const std::string& checkpoint) {
+    return open(std::make_shared<io::DirectoryKv>(dir), "", checkpoint);
   }
+
+  static bool is_database(const io::KvStore& files, const std::string& dir) {
+    return files.contains(dir.empty() || dir.ends_with('/') ? dir + "manifest.ocdbt" : dir + "/manifest.ocdbt");
+  }
+  static bool is_database(const fs::path& dir) { return is_database(io::DirectoryKv(dir), ""); }
 
   const Config& config() const { return config_; }
   const Version& latest() const { return latest_; }
@@ -176,10 +184,11 @@ class Database final : public io::KvStore {
     return out;
   }
 
-  std::string describe() const override { return dir_.string(); }
+  std::string describe() const override { return files_store_->describe() + (dir_.empty() ? "" : "/" + dir_.substr(0, dir_.size() - 1)); }
 
  private:
-  Database(fs::path dir, std::string checkpoint) : dir_(std::move(dir)), checkpoint_(std::move(checkpoint)) {}
+  Database(std::shared_ptr<const io::KvStore> files, std::string dir, std::string checkpoint)
+      : files_store_(std::move(files)), dir_(std::move(dir)), checkpoint_(std::move(checkpoint)) {}
 
   [[noreturn]] void fail(const std::string& where, const std::string& what) const {
     throw CorruptCheckpointError(checkpoint_, "", "OCDBT " + where + ": " + what);
@@ -187,35 +196,33 @@ class Database final : public io::KvStore {
 
   std::uint64_t file_size(std::size_t file) const {
     if (!sizes_[file]) {
-      std::uint64_t n = 0;
-      const int fd = io::open_store_file(dir_ / files_[file].path, n);
-      if (fd < 0) fail("data file " + files_[file].path, "missing");
-      ::close(fd);
-      sizes_[file] = n;
+      const auto n = files_store_->size(dir_ + files_[file].path);
+      if (!n) fail("data file " + files_[file].path, "missing");
+      sizes_[file] = *n;
     }
     return *sizes_[file];
   }
 
   void read_range(std::size_t file, std::uint64_t offset, std::span<std::byte> dst, const std::string& what) const {
-    const fs::path p = dir_ / files_[file].path;
-    std::uint64_t n = 0;
-    const int fd = io::open_store_file(p, n);
-    if (fd < 0) fail(what, "data file " + files_[file].path + " is missing");
-    io::File f(fd);
+    const std::uint64_t n = file_size(file);
     if (offset > n || dst.size() > n - offset)
       fail(what, "range " + std::to_string(offset) + "+" + std::to_string(dst.size()) + " lies past the end of " +
                      files_[file].path + " (" + std::to_string(n) + " bytes)");
-    io::pread_exact(f, dst, offset, p);
+    try {
+      files_store_->read(dir_ + files_[file].path, offset, dst);
+    } catch (const CorruptCheckpointError&) {
+      throw;
+    } catch (const Error& e) {
+      fail(what, e.what());
+    }
   }
 
   std::vector<std::byte> read_manifest_file(const std::string& name) const {
-    std::uint64_t n = 0;
-    const int fd = io::open_store_file(dir_ / name, n);
-    if (fd < 0) fail(name, "missing");
-    io::File f(fd);
-    if (n > max_manifest_bytes) fail(name, "is " + std::to_string(n) + " bytes, more than a manifest can be");
-    std::vector<std::byte> b(static_cast<std::size_t>(n));
-    io::pread_exact(f, b, 0, dir_ / name);
+    const auto n = files_store_->size(dir_ + name);
+    if (!n) fail(name, "missing");
+    if (*n > max_manifest_bytes) fail(name, "is " + std::to_string(*n) + " bytes, more than a manifest can be");
+    std::vector<std::byte> b(static_cast<std::size_t>(*n));
+    files_store_->read(dir_ + name, 0, b);
     return b;
   }
 
@@ -229,11 +236,8 @@ class Database final : public io::KvStore {
         // numbered manifests: the one naming the highest generation is the latest
         if (!c.done()) throw FormatError("bytes after the config of a numbered manifest");
         std::string best;
-        std::error_code ec;
-        std::size_t seen = 0;
-        for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
-          if (++seen > 1u << 20) throw FormatError("too many files beside the manifest");
-          const std::string n = it->path().filename().string();
+        for (const auto& key : files_store_->list(dir_ + "manifest.", std::size_t{1} << 20)) {
+          const std::string n = key.substr(dir_.size());
           if (n.size() == 9 + 16 && n.rfind("manifest.", 0) == 0 &&
               n.find_first_not_of("0123456789abcdef", 9) == std::string::npos && n > best)
             best = n;
@@ -367,7 +371,8 @@ class Database final : public io::KvStore {
     return it->second;
   }
 
-  fs::path dir_;
+  std::shared_ptr<const io::KvStore> files_store_;
+  std::string dir_;  // "" or ending in '/'
   std::string checkpoint_;
   Config config_;
   std::vector<DataFile> files_;

@@ -1,6 +1,6 @@
-// ckpt/format/zarr/kv_chunks.hpp — zarr arrays whose chunks live in a key-value store
-// (a directory or an OCDBT database): the pieces zarr v2 and v3 share, and zarr v2
-// read through a store (what Orbax writes into OCDBT).
+// ckpt/format/zarr/kv_chunks.hpp — zarr arrays read through a key-value store (a
+// directory, objects on S3 or in memory, an OCDBT database inside either): the pieces
+// zarr v2 and v3 share, and zarr v2 itself (what t5x, Orbax and zarr_v2 write).
 //
 // A chunk decodes to a C-order buffer of the chunk's full shape; copy_chunk puts the
 // part inside the array into place. Fortran-order chunks are a transpose.
@@ -38,6 +38,23 @@ inline std::string plausible(std::uint64_t bytes, std::uint64_t chunk_bytes, std
   return "";
 }
 
+// Refuses metadata whose sizes the array's stored values cannot plausibly hold (a
+// hostile .zarray), before anything is allocated. fail throws.
+template <class Array>
+void check_plausible(const Array& a, const Fail& fail) {
+  // A chunk is decompressed whole, however little of it lies inside the array (edge
+  // chunks are stored full size): chunks far larger than the array itself are refused,
+  // or a 1 MiB chunk could make a 10-element array allocate 64 GiB.
+  const std::uint64_t array_bytes = a.meta.bytes();
+  const std::uint64_t chunk_limit = std::max(free_bytes, array_bytes > (std::uint64_t{1} << 60) ? array_bytes : 4 * array_bytes);
+  if (a.meta.chunk_bytes() > chunk_limit)
+    fail("chunks of " + shape_str(a.meta.chunks) + " (" + std::to_string(a.meta.chunk_bytes()) +
+         " bytes) are far larger than the array's " + std::to_string(array_bytes) + " bytes");
+  const auto bad = plausible(a.meta.bytes(), a.meta.chunk_bytes(), grid_size(a.meta.shape, a.meta.chunks),
+                             stored_bytes(*a.kv, a.name.empty() ? "" : a.name + "/"));
+  if (!bad.empty()) fail(bad);
+}
+
 // Opens array `name` of a key-value store, zarr v2 or v3 alike: reads its metadata
 // document `doc` (.zarray, zarr.json) bounded, parses it with `parse(json, fail)`, and
 // refuses sizes its stored bytes cannot plausibly hold, before anything is allocated.
@@ -54,9 +71,7 @@ Array open_kv_array(std::shared_ptr<const io::KvStore> kv, const std::string& na
   }
   if (!text) fail("array " + a.key(doc) + " is missing");
   a.meta = parse(ckpt::detail::parse_json(*text, checkpoint, path, doc), fail);
-  const auto bad = plausible(a.meta.bytes(), a.meta.chunk_bytes(), grid_size(a.meta.shape, a.meta.chunks),
-                             stored_bytes(*a.kv, name.empty() ? "" : name + "/"));
-  if (!bad.empty()) fail(bad);
+  check_plausible(a, fail);
   return a;
 }
 
@@ -74,29 +89,40 @@ struct KvArrayV2 {
                                     [](const json& j, const auto& fail) { return parse_zarray(j, fail); });
   }
 
+  // An array whose metadata the caller has (t5x's TensorStore spec, when .zarray is absent).
+  static KvArrayV2 with_meta(std::shared_ptr<const io::KvStore> kv, const std::string& name, ArrayMeta meta,
+                             const std::string& checkpoint, const std::string& path) {
+    KvArrayV2 a{std::move(kv), name, std::move(meta)};
+    check_plausible(a, [&](const std::string& w) { throw CorruptCheckpointError(checkpoint, path, w); });
+    return a;
+  }
+
   // Reads chunk idx into raw (chunk_bytes: decoded, native byte order, in the array's
   // C or Fortran order); comp is a buffer reused across chunks. False when it is absent.
   bool load_chunk(const std::vector<std::int64_t>& idx, std::span<std::byte> raw, Scratch& comp,
                   const Fail& fail) const {
-    const std::string k = key(chunk_key(idx, meta.separator));
-    const auto size = kv->size(k);
-    if (!size) return false;
-    const std::uint64_t cb = meta.chunk_bytes();
-    const std::uint64_t max_comp = meta.compressor == io::codec::none ? cb : cb + cb / 8 + (1u << 20);
-    if (*size > max_comp) fail("chunk " + k + " is " + std::to_string(*size) + " bytes, more than any encoding of its " + std::to_string(cb));
+    const std::string ck = chunk_key(idx, meta.separator);  // messages name the chunk as the array's
+    const std::string k = key(ck);
     try {
+      const auto size = kv->size(k);
+      if (!size) return false;
+      const std::uint64_t cb = meta.chunk_bytes();
+      const std::uint64_t max_comp = meta.compressor == io::codec::none ? cb : cb + cb / 8 + (1u << 20);
+      if (*size > max_comp) fail("chunk " + ck + " is " + std::to_string(*size) + " bytes, more than any encoding of its " + std::to_string(cb));
+      if (cb > free_bytes + *size * max_expansion)
+        fail("chunk " + ck + " would decompress to " + std::to_string(cb) + " bytes from " + std::to_string(*size));
       if (meta.compressor == io::codec::none) {
-        if (*size != cb) fail("chunk " + k + " holds " + std::to_string(*size) + " bytes, " + std::to_string(cb) + " expected");
-        kv->read(k, 0, raw);
+        if (*size != cb) fail("chunk " + ck + " holds " + std::to_string(*size) + " bytes, " + std::to_string(cb) + " expected");
+        kv->read(k, 0, raw);  // straight into place
       } else {
         const auto enc = comp.get(static_cast<std::size_t>(*size));
         kv->read(k, 0, enc);
-        if (const std::string bad = io::decompress(meta.compressor, enc, raw); !bad.empty()) fail("chunk " + k + ": " + bad);
+        if (const std::string bad = io::decompress(meta.compressor, enc, raw); !bad.empty()) fail("chunk " + ck + ": " + bad);
       }
     } catch (const CorruptCheckpointError&) {
       throw;
     } catch (const Error& e) {
-      fail("chunk " + k + ": " + e.what());
+      fail("chunk " + ck + ": " + e.what());
     }
     if (meta.big_endian) zarr::byteswap(raw, dtype_size(meta.type), meta.type);
     return true;

@@ -24,6 +24,7 @@
 #include <ckpt/error.hpp>
 #include <ckpt/io/codec.hpp>
 #include <ckpt/io/file.hpp>
+#include <ckpt/io/kvstore.hpp>
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/leaf/half.hpp>
 
@@ -106,6 +107,19 @@ inline json compressor_json(const ArrayMeta& m) {
                 {"blocksize", m.blosc.blocksize}};
   if (m.compressor == io::codec::lz4) return json{{"id", "lz4"}, {"acceleration", m.level}};
   return json{{"id", io::codec_name(m.compressor)}, {"level", m.level}};
+}
+
+// The JSON document under key of a store (a missing one is an error naming it).
+inline json read_json(const io::KvStore& kv, const std::string& key, const std::string& checkpoint, const std::string& path) {
+  const std::string name = key.substr(key.rfind('/') == std::string::npos ? 0 : key.rfind('/') + 1);
+  std::optional<std::vector<std::byte>> bytes;
+  try {
+    bytes = kv.get(key, max_json_bytes);
+  } catch (const Error& e) {
+    throw CorruptCheckpointError(checkpoint, path, name + " cannot be read: " + e.what());
+  }
+  if (!bytes) throw CorruptCheckpointError(checkpoint, path, name + " cannot be read: " + key + " is missing");
+  return ckpt::detail::parse_json(*bytes, checkpoint, path, name);
 }
 
 inline json read_json_file(const fs::path& file, const std::string& checkpoint, const std::string& path) {
