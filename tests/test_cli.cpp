@@ -120,6 +120,40 @@ TEST_CASE("ckpt CLI: tree, show, verify, diff, convert, ls, and exit code 2 on b
   }
 }
 
+TEST_CASE("ckpt ls: an Orbax manager root lists each step with the metrics Orbax ranks it by") {
+  REQUIRE(fs::exists(CKPT_CLI));
+  test::TempDir tmp;
+  const fs::path root = tmp / "orbax_root";
+  fs::copy(fs::path(CKPT_FIXTURES_DIR) / "orbax/managed_0.11.39/v0_has_metrics", root, fs::copy_options::recursive);
+  // a step ckpt saved beside it, its metrics in _CHECKPOINT_METADATA
+  ckpt::save(root / "5", test::StepOnly{5});
+  const auto write = [](const fs::path& p, const std::string& text) { test::write_bytes(p, {text.begin(), text.end()}); };
+  write(root / "5/_CHECKPOINT_METADATA", R"({"metrics": {"acc": 0.75}})");
+  auto r = cli("ls " + root.string());
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("loss=0.5") != std::string::npos);  // Orbax's metrics item, 0/metrics/metrics
+  CHECK(r.out.find("acc=0.75") != std::string::npos);
+  CHECK(r.out.find("loss=0.5") < r.out.find("acc=0.75"));  // by step
+  r = cli("ls --json " + root.string());
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["steps"].size() == 2);
+  CHECK(j["steps"][0]["name"] == "0");
+  CHECK(j["steps"][0]["format"] == "orbax");
+  CHECK(j["steps"][0]["metrics"] == nlohmann::json{{"loss", 0.5}});
+  CHECK(j["steps"][1]["metrics"] == nlohmann::json{{"acc", 0.75}});
+  // A malformed metrics item: exit code 2 and a message naming the step and the file.
+  write(root / "0/metrics/metrics", R"({"loss":)");
+  for (const char* json_flag : {"", "--json "}) {
+    CAPTURE(json_flag);
+    r = cli(std::string("ls ") + json_flag + root.string());
+    CHECK(r.rc == 2);
+    CHECK(r.err.find((root / "0").string()) != std::string::npos);
+    CHECK(r.err.find("metrics/metrics") != std::string::npos);
+  }
+}
+
 // Runs the tool (no shell between) to completion, output to `log`; its exit code and
 // peak resident set (wait4's ru_maxrss), in bytes.
 struct Measured {

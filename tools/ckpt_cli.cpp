@@ -167,6 +167,16 @@ std::string format_time(std::time_t t) {
   return buf;
 }
 
+// A step's metrics and save figures, read as the manager reads them (as Orbax does:
+// _CHECKPOINT_METADATA's metrics, else the step's Orbax metrics item; a malformed
+// metrics item is an error naming the step).
+ckpt::detail::manager::StepInfo add_step_info(Row& r, const ckpt::storage::Location& step) {
+  auto info = ckpt::detail::manager::load_step_info(step, r.name);
+  for (const auto& [k, v] : info.metrics) r.metrics[k] = v;
+  r.save_stats = info.save_stats;
+  return info;
+}
+
 // The committed checkpoints (those with a commit marker) one level under an s3:// root.
 std::vector<Row> object_rows(const fs::path& root) {
   const auto loc = ckpt::storage::open_location(root);
@@ -177,18 +187,9 @@ std::vector<Row> object_rows(const fs::path& root) {
     Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), "native", "", 0, json::object(), nullptr};
     if (!loc.storage->size(step.key(ckpt::native_format::commit_file))) r.format = "other";  // telling which would download it
     for (const auto& k : loc.storage->list(step.prefix + "/")) r.size += loc.storage->size(k).value_or(0);
-    const auto md = loc.storage->read_all(loc.key(name + "/_CHECKPOINT_METADATA"), 1u << 20);
-    if (md) {
-      json j;
-      try {  // untrusted: nesting bounded (io/untrusted.hpp)
-        j = ckpt::detail::parse_json({reinterpret_cast<const char*>(md->data()), md->size()}, root.string(), name,
-                                     "_CHECKPOINT_METADATA");
-      } catch (const ckpt::Error&) {  // listed without metrics
-      }
-      if (j.is_object() && j.contains("metrics") && j["metrics"].is_object()) r.metrics = j["metrics"];
-      if (j.is_object() && j.contains("init_timestamp_nsecs") && j["init_timestamp_nsecs"].is_number())
-        r.time = format_time(static_cast<std::time_t>(j["init_timestamp_nsecs"].get<std::int64_t>() / 1'000'000'000));
-    }
+    const auto info = add_step_info(r, step);
+    if (info.time != std::chrono::system_clock::time_point{})  // from _CHECKPOINT_METADATA: an object has no time
+      r.time = format_time(std::chrono::system_clock::to_time_t(info.time));
     rows.push_back(std::move(r));
   }
   return rows;
@@ -199,6 +200,7 @@ int cmd_ls(const fs::path& root, bool as_json) {
   const bool url = ckpt::storage::is_url(root);
   if (!url && !fs::is_directory(root, ec)) throw BadInput(root.string() + ": not a directory");
   std::vector<Row> rows;
+  const auto dir = url ? ckpt::storage::Location{} : ckpt::storage::directory_location(root);
   if (url) rows = object_rows(root);
   else for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -214,19 +216,7 @@ int cmd_ls(const fs::path& root, bool as_json) {
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
     r.time = buf;
-    const fs::path md = it->path() / "_CHECKPOINT_METADATA";
-    if (fs::is_regular_file(fs::symlink_status(md, ec))) {
-      try {  // bounded: size, nesting (an unreadable file shows no metrics)
-        const auto bytes = ckpt::io::read_file(md, 1u << 20);
-        const json j = ckpt::detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, md.string(),
-                                                "", "_CHECKPOINT_METADATA");
-        if (j.is_object() && j.contains("metrics") && j["metrics"].is_object())
-          for (const auto& [k, v] : j["metrics"].items())
-            if (v.is_number()) r.metrics[k] = v;
-        if (j.is_object() && j.contains("save_stats") && j["save_stats"].is_object()) r.save_stats = j["save_stats"];
-      } catch (const ckpt::Error&) {
-      }
-    }
+    add_step_info(r, dir.child(name));
     rows.push_back(std::move(r));
   }
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {

@@ -1,6 +1,7 @@
 // ckpt/manager/step_catalogue.hpp — which committed steps a manager's root holds, each
 // with the metadata the manager needs (time, metrics, custom metadata, items); and the
-// clean-up of what interrupted saves and deletes leave.
+// clean-up of what interrupted saves and deletes leave. A step's metrics are read here
+// once, as Orbax reads them (load_step_info), for both managers and `ckpt ls`.
 //
 // Written once against the storage concept (storage/storage.hpp): a root is a
 // storage::Location, a local directory (PosixStorage) or a prefix on S3 or in memory.
@@ -23,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ckpt/error.hpp>
+#include <ckpt/io/file.hpp>
 #include <ckpt/io/staging_dir.hpp>
 #include <ckpt/manager/step_metadata.hpp>
 #include <ckpt/manager/step_name.hpp>
@@ -49,32 +51,62 @@ struct StepInfo {
   Metrics metrics{};
   nlohmann::json custom_metadata{};
   std::map<std::string, std::string> items{};
+  nlohmann::json save_stats{};  // the manager's save figures; null when none were stored
 };
 
+// The metrics of the step's Orbax metrics item, <step>/metrics/metrics (with
+// `item_named`, _CHECKPOINT_METADATA's item_handlers names the item: then, as Orbax v1's
+// MetricsHandler reads it, metrics/data.json or metrics/metadata when that file is
+// absent); none when there is no such file. A file that cannot be read, is larger than
+// max_metrics_item_bytes, is a symbolic link or is not a JSON object is a
+// CorruptCheckpointError naming the step: ranking the step as one without metrics
+// could delete the best one.
+inline Metrics read_metrics_item(const storage::Location& step, bool item_named) {
+  const auto dir = step.storage->local_directory();
+  for (std::size_t i = 0; i < (item_named ? orbax_metrics_files.size() : 1); ++i) {
+    const std::string file = std::string(orbax_metrics_item) + "/" + orbax_metrics_files[i];
+    std::optional<std::vector<std::byte>> bytes;
+    try {
+      bytes = step.storage->read_all(step.key(file), max_metrics_item_bytes);
+    } catch (const Error& e) {
+      throw CorruptCheckpointError(step.url, "", "the metrics item " + file + " cannot be read: " + e.what());
+    }
+    if (!bytes) continue;
+    if (dir && io::has_symlink_below(*dir / step.prefix, file))
+      throw CorruptCheckpointError(step.url, "", "the metrics item " + file + " is a symbolic link");
+    return parse_metrics_item(*bytes, step.url, file);
+  }
+  return {};
+}
+
 // A step's metadata. A step saved by ckpt::save (no metadata) or with unreadable
-// metadata still counts, without metrics, timed by its directory (on an object store:
-// time zero).
+// metadata still counts, timed by its directory (on an object store: time zero). Its
+// metrics are those of _CHECKPOINT_METADATA when it has a non-empty "metrics", else
+// those of its Orbax metrics item (read_metrics_item, whose errors are thrown): Orbax's
+// CheckpointManager's order.
 inline StepInfo load_step_info(const storage::Location& step, std::string name) {
   StepInfo info;
   info.name = std::move(name);
+  std::optional<StepMetadata> m;
   try {
-    if (const auto bytes = step.storage->read_all(step.key(step_metadata_file), max_step_metadata_bytes)) {
-      auto m = parse_step_metadata(*bytes, step.url);
-      info.time = m.init_time();
-      info.metrics = std::move(m.metrics);
-      info.custom_metadata = std::move(m.custom_metadata);
-      info.items = std::move(m.items);
-      return info;
-    }
+    if (const auto bytes = step.storage->read_all(step.key(step_metadata_file), max_step_metadata_bytes))
+      m = parse_step_metadata(*bytes, step.url);
   } catch (const Error&) {
   }
-  if (const auto dir = step.storage->local_directory()) {
+  if (m) {
+    info.time = m->init_time();
+    info.metrics = std::move(m->metrics);
+    info.custom_metadata = std::move(m->custom_metadata);
+    info.items = std::move(m->items);
+    info.save_stats = std::move(m->save_stats);
+  } else if (const auto dir = step.storage->local_directory()) {
     std::error_code ec;
     const auto mtime = std::filesystem::last_write_time(*dir / step.prefix, ec);
     if (!ec)
       info.time = std::chrono::time_point_cast<std::chrono::system_clock::duration>(
           std::chrono::file_clock::to_sys(mtime));
   }
+  if (!m || !m->metrics_given) info.metrics = read_metrics_item(step, m && m->names_metrics_item);
   return info;
 }
 

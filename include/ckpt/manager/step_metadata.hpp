@@ -8,15 +8,27 @@
 //    "items": {"dataset": "tree", "config": "json"}}
 // It is written into the staging directory before the commit, so it appears with the step.
 // Non-finite metrics are not stored (the manager drops them; null reads back as absent).
+//
+// A step's metrics are read as Orbax's CheckpointManager reads them: the "metrics" of
+// this file where it is present and not empty, else the step's Orbax metrics item, the
+// JSON file <step>/metrics/metrics. Orbax 0.11 itself writes the metrics only there and
+// "metrics": {} here, in both of its layouts: the v0 API's JsonCheckpointHandler(filename=
+// "metrics") and the v1 API's MetricsHandler (which on reading also accepts
+// metrics/data.json and metrics/metadata) write the same file. A step ckpt's manager
+// saves in Orbax's layout (a format that writes item_handlers here: ckpt::orbax) keeps
+// its metrics the same way, so that Orbax's own manager ranks it by best_fn.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,12 +43,27 @@ inline constexpr const char* step_metadata_file = "_CHECKPOINT_METADATA";
 // A metadata file larger than this is refused as corrupt (it holds a few numbers and the user's JSON).
 inline constexpr std::uint64_t max_step_metadata_bytes = std::uint64_t{64} << 20;
 
+// Orbax's metrics item: the directory <step>/metrics holding the JSON file `metrics`
+// (v1's reader also takes the JSON item's other names, data.json and metadata).
+inline constexpr const char* orbax_metrics_item = "metrics";
+inline constexpr std::array<const char*, 3> orbax_metrics_files = {"metrics", "data.json", "metadata"};
+// The item_handlers entry Orbax 0.11's v0 manager writes for it (the fixture's).
+inline constexpr const char* orbax_metrics_handler =
+    "orbax.checkpoint._src.handlers.json_checkpoint_handler.JsonCheckpointHandler";
+// A metrics item larger than this is refused as corrupt (a few named numbers).
+inline constexpr std::uint64_t max_metrics_item_bytes = std::uint64_t{1} << 20;
+
 struct StepMetadata {
   std::int64_t step = 0;
   std::string format;
   std::int64_t init_timestamp_nsecs = 0;
   std::int64_t commit_timestamp_nsecs = 0;
   Metrics metrics{};
+  // Read: the file's "metrics" was present and not empty (even without a number in it):
+  // Orbax then takes it and never looks at the metrics item.
+  bool metrics_given = false;
+  // Read: item_handlers names a "metrics" item (Orbax wrote the step with one).
+  bool names_metrics_item = false;
   nlohmann::json custom_metadata{};  // null when none was given
   std::map<std::string, std::string> items{};
   nlohmann::json save_stats{};  // SaveStats::to_json(); null when absent
@@ -52,7 +79,7 @@ inline std::int64_t now_nsecs() {
       .count();
 }
 
-inline std::string encode(const StepMetadata& m) {
+inline nlohmann::json to_json(const StepMetadata& m) {
   nlohmann::json j = {{"step", m.step},
                       {"format", m.format},
                       {"init_timestamp_nsecs", m.init_timestamp_nsecs},
@@ -62,15 +89,46 @@ inline std::string encode(const StepMetadata& m) {
                       {"items", m.items}};
   for (const auto& [k, v] : m.metrics) j["metrics"][k] = v;  // NaN and infinities become null
   if (!m.save_stats.is_null()) j["save_stats"] = m.save_stats;
-  return j.dump(1);
+  return j;
+}
+
+// The numbers of a metrics JSON value, by name: an object's members by key, nested
+// objects and lists joined with '/' ({"eval": {"loss": 0.3}} gives "eval/loss", as the
+// flat key "eval/loss" does); strings, booleans and null are no metric. The nesting was
+// bounded when the JSON was parsed (detail::parse_json).
+inline void add_metrics(const nlohmann::json& j, const std::string& name, Metrics& out) {
+  const auto below = [&](const std::string& key) { return name.empty() ? key : name + "/" + key; };
+  if (j.is_number()) {
+    if (!name.empty()) out[name] = j.get<double>();
+  } else if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) add_metrics(v, below(k), out);
+  } else if (j.is_array()) {
+    for (std::size_t i = 0; i < j.size(); ++i) add_metrics(j[i], below(std::to_string(i)), out);
+  }
+}
+
+// The metrics of an Orbax metrics item from its file's bytes (`file` relative to the
+// step `where`): a JSON object, or a CorruptCheckpointError naming the step and file.
+inline Metrics parse_metrics_item(const std::vector<std::byte>& bytes, const std::string& where,
+                                  const std::string& file) {
+  const auto j = detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, where, "", file);
+  if (!j.is_object())
+    throw CorruptCheckpointError(where, "", file + " is not a JSON object of metrics (it is " +
+                                                std::string(j.type_name()) + ")");
+  Metrics out;
+  add_metrics(j, "", out);
+  return out;
 }
 
 // Writes <dir>/_CHECKPOINT_METADATA into a staging directory. A format that writes
 // the same file itself (ckpt::orbax, whose layout it is) keeps its keys; the
-// manager's keys are merged over them.
+// manager's keys are merged over them. In Orbax's layout (the format's file has
+// item_handlers) the metrics go where Orbax 0.11 writes them: the item
+// metrics/metrics, named in item_handlers, with "metrics": {} and an empty
+// custom_metadata object left as the format wrote them.
 inline void write_step_metadata(const std::filesystem::path& dir, const StepMetadata& m) {
   const std::filesystem::path file = dir / step_metadata_file;
-  std::string text = encode(m);
+  nlohmann::json out = to_json(m);
   std::error_code ec;
   if (std::filesystem::exists(file, ec)) {
     const auto bytes = io::read_file(file, max_step_metadata_bytes);
@@ -81,11 +139,29 @@ inline void write_step_metadata(const std::filesystem::path& dir, const StepMeta
     } catch (const Error&) {  // not the format's JSON after all: the manager's replaces it
     }
     if (merged.is_object()) {
-      merged.update(nlohmann::json::parse(text));
-      text = merged.dump(1);
+      const auto handlers = merged.find("item_handlers");
+      if (handlers != merged.end() && handlers->is_object()) {
+        out.erase("metrics");
+        if (m.custom_metadata.is_null()) out.erase("custom_metadata");
+        nlohmann::json item = nlohmann::json::object();
+        for (const auto& [k, v] : m.metrics)
+          if (std::isfinite(v)) item[k] = v;
+        if (!item.empty()) {  // as Orbax: no metrics, no item
+          const auto item_dir = dir / orbax_metrics_item;
+          std::filesystem::create_directory(item_dir, ec);
+          if (ec) throw Error(item_dir.string(), "", "cannot create the metrics item: " + ec.message());
+          const std::string text = item.dump();
+          io::write_file_synced(item_dir / orbax_metrics_files[0], std::as_bytes(std::span(text)));
+          io::sync_dir(item_dir);
+          (*handlers)[orbax_metrics_item] = orbax_metrics_handler;
+        }
+      }
+      merged.update(out);
+      out = std::move(merged);
     }
     std::filesystem::remove(file);  // the staging directory is not visible yet: no reader sees the gap
   }
+  const std::string text = out.dump(1);
   io::write_file_synced(file, std::as_bytes(std::span(text)));
 }
 
@@ -133,9 +209,12 @@ inline StepMetadata parse_step_metadata(const std::vector<std::byte>& bytes, con
     m.format = j.value("format", std::string());
     m.init_timestamp_nsecs = int64_field(j, "init_timestamp_nsecs", 0);
     m.commit_timestamp_nsecs = int64_field(j, "commit_timestamp_nsecs", 0);
-    if (const auto it = j.find("metrics"); it != j.end() && !it->is_null())
-      for (const auto& [k, v] : it->items())
-        if (v.is_number()) m.metrics[k] = v.get<double>();
+    if (const auto it = j.find("metrics"); it != j.end() && !it->is_null() && !it->empty()) {
+      m.metrics_given = true;
+      add_metrics(*it, "", m.metrics);
+    }
+    if (const auto it = j.find("item_handlers"); it != j.end() && it->is_object())
+      m.names_metrics_item = it->contains(orbax_metrics_item);
     if (const auto it = j.find("custom_metadata"); it != j.end()) m.custom_metadata = *it;
     if (const auto it = j.find("items"); it != j.end() && !it->is_null())
       m.items = it->get<std::map<std::string, std::string>>();
