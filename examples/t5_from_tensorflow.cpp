@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const ckpt::Tree tree = ckpt::tf::convert(argv[1], t5_example::t5_mesh_tf_translator());
+    const ckpt::Tree tree = ckpt::tensorflow::convert(argv[1], t5_example::t5_mesh_tf_translator());
     for (const auto& l : tree.leaves())
       std::printf("%-70s %-9s %s\n", l.path().str().c_str(), std::string(ckpt::dtype_name(l.dtype())).c_str(),
                   ckpt::shape_str(l.shape()).c_str());

@@ -17,11 +17,11 @@
 #include <string>
 #include <string_view>
 
-#include <ckpt/formats.hpp>  // ckpt::tf::convert and its rules
+#include <ckpt/formats.hpp>  // ckpt::tensorflow::convert and its rules
 
 namespace t5_example {
 
-inline ckpt::tf::Translator t5_mesh_tf_translator() {
+inline ckpt::tensorflow::Translator t5_mesh_tf_translator() {
   return [](std::string_view tf_name) -> std::optional<std::string> {
     std::string name(tf_name);
     if (name == "global_step") return "state.step";

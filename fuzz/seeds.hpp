@@ -63,10 +63,10 @@ inline int make_seeds(const fs::path& out) {
     // flax: whole files
     for (int v = 0; v < 3; ++v) {
       const fs::path f = work / ("flax-" + std::to_string(v) + ".msgpack");
-      ckpt::save<ckpt::flax_msgpack>(f, fuzz::mixed_state(v));
+      ckpt::save<ckpt::flax>(f, fuzz::mixed_state(v));
       seed(out, "flax", fuzz::read_text(f));
     }
-    ckpt::save<ckpt::flax_msgpack>(work / "flax-arrays.msgpack", fuzz::arrays_state());
+    ckpt::save<ckpt::flax>(work / "flax-arrays.msgpack", fuzz::arrays_state());
     seed(out, "flax", fuzz::read_text(work / "flax-arrays.msgpack"));
     {  // Flax's chunked array, complex scalar and plain msgpack leaves
       msgpack::sbuffer b;
@@ -74,7 +74,7 @@ inline int make_seeds(const fs::path& out) {
       pk.pack_map(4);
       str(pk, "big");
       pk.pack_map(3);
-      str(pk, ckpt::interop::chunked_key);
+      str(pk, ckpt::detail::interop::chunked_key);
       pk.pack_true();
       str(pk, "shape");
       pk.pack_map(1);

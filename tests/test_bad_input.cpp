@@ -130,7 +130,7 @@ inline void flip_byte(const fs::path& p, std::size_t at, unsigned char mask = 0x
 // manifest parser itself (not the checksum in front of it) sees the bytes.
 inline void set_manifest(const fs::path& dir, const Bytes& manifest) {
   test::write_bytes(dir / "manifest", manifest);
-  const std::string commit = ckpt::native_format::encode_commit(
+  const std::string commit = ckpt::detail::native::encode_commit(
       {manifest.size(), ckpt::io::xxh3(std::as_bytes(std::span(manifest)))});
   test::write_bytes(dir / "commit", Bytes(commit.begin(), commit.end()));
 }
@@ -141,7 +141,7 @@ void edit_entries(const fs::path& dir, F&& f) {
   const auto index = ckpt::open_index(dir);  // keeps the inline bytes alive while encoding
   ckpt::IndexEntries entries = index->entries();
   f(entries);
-  set_manifest(dir, ckpt::native_format::encode_manifest(index->info(), entries));
+  set_manifest(dir, ckpt::detail::native::encode_manifest(index->info(), entries));
 }
 
 inline ckpt::IndexEntry& entry(ckpt::IndexEntries& es, const std::string& dotted) {
@@ -1557,7 +1557,7 @@ TEST_CASE("hostile input: links out, hard links, FIFOs, devices, bit flips, trun
   };
   const std::vector<Fmt> formats = {
       {"native", [&](const fs::path& p) { ckpt::save(p, h); }, false},
-      {"flax", [&](const fs::path& p) { ckpt::save<ckpt::flax_msgpack>(p, h); }, true},
+      {"flax", [&](const fs::path& p) { ckpt::save<ckpt::flax>(p, h); }, true},
       {"t5x", [&](const fs::path& p) { ckpt::save<ckpt::t5x>(p, h); }, false},
       {"orbax", [&](const fs::path& p) { ckpt::save<ckpt::orbax>(p, h); }, false},  // OCDBT
       {"orbax-dirs", [&](const fs::path& p) { ckpt::save<ckpt::orbax_without_ocdbt>(p, h); }, false},

@@ -295,7 +295,7 @@ TEST_CASE("progress: the interop writers report and cancel too (safetensors, t5x
   check("t5x", [&](const fs::path& d, const ckpt::SaveOptions& o) { ckpt::save<ckpt::t5x>(d, m, o); });
   check("orbax", [&](const fs::path& d, const ckpt::SaveOptions& o) { ckpt::save<ckpt::orbax>(d, m, o); });
   check("zarr", [&](const fs::path& d, const ckpt::SaveOptions& o) { ckpt::save<ckpt::zarr_v2>(d, m, o); });
-  check("flax.msgpack", [&](const fs::path& d, const ckpt::SaveOptions& o) { ckpt::save<ckpt::flax_msgpack>(d, m, o); });
+  check("flax.msgpack", [&](const fs::path& d, const ckpt::SaveOptions& o) { ckpt::save<ckpt::flax>(d, m, o); });
   for (const auto& e : fs::directory_iterator(tmp.path()))  // nor a staging directory (.tmp-cancelled-...) left
     CHECK(e.path().filename().string().find("cancelled") == std::string::npos);
 }
@@ -440,12 +440,12 @@ TEST_CASE("format version 2: chunk checksums, verified part by part; version 1 s
       e.chunk_xxh3.clear();
       e.chunk_bytes = 0;
     }
-    const auto m = ckpt::native_format::encode_manifest(index->info(), entries);
+    const auto m = ckpt::detail::native::encode_manifest(index->info(), entries);
     const auto mb = std::as_bytes(std::span(m));
     fs::remove(tmp / "v1" / "manifest");
     fs::remove(tmp / "v1" / "commit");
     ckpt::io::write_file_synced(tmp / "v1" / "manifest", mb);
-    const std::string c = ckpt::native_format::encode_commit({m.size(), ckpt::io::xxh3(mb)});
+    const std::string c = ckpt::detail::native::encode_commit({m.size(), ckpt::io::xxh3(mb)});
     ckpt::io::write_file_synced(tmp / "v1" / "commit", std::as_bytes(std::span(c)));
   }
   CHECK(ckpt::native::open(tmp / "v1")->info().format_version == 1);
@@ -462,12 +462,12 @@ TEST_CASE("format version 2: chunk checksums that disagree with the leaf's are r
   ckpt::IndexEntries entries = index->entries();
   for (auto& e : entries)
     if (!e.chunk_xxh3.empty()) e.chunk_xxh3[1] ^= 1;
-  const auto m = ckpt::native_format::encode_manifest(index->info(), entries);
+  const auto m = ckpt::detail::native::encode_manifest(index->info(), entries);
   const auto mb = std::as_bytes(std::span(m));
   fs::remove(tmp / "c" / "manifest");
   fs::remove(tmp / "c" / "commit");
   ckpt::io::write_file_synced(tmp / "c" / "manifest", mb);
-  const std::string c = ckpt::native_format::encode_commit({m.size(), ckpt::io::xxh3(mb)});
+  const std::string c = ckpt::detail::native::encode_commit({m.size(), ckpt::io::xxh3(mb)});
   ckpt::io::write_file_synced(tmp / "c" / "commit", std::as_bytes(std::span(c)));
   CHECK_THROWS_CKPT(ckpt::restore<Big>(tmp / "c"), ckpt::CorruptCheckpointError,
                     "chunk checksums do not match the leaf's xxh3");

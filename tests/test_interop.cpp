@@ -160,7 +160,7 @@ TEST_CASE("every format round-trips every dtype through restore<T>") {
   ckpt::save<ckpt::t5x>(tmp / "t5x", s);
   ckpt::save<ckpt::orbax>(tmp / "orbax", s);
   ckpt::save<ckpt::zarr_v2>(tmp / "zarr", s);
-  ckpt::save<ckpt::flax_msgpack>(tmp / "flax.msgpack", s);
+  ckpt::save<ckpt::flax>(tmp / "flax.msgpack", s);
   ckpt::save<ckpt::basic_orbax<ckpt::io::codec::gzip>>(tmp / "orbax_gz", s);
   ckpt::save<ckpt::basic_zarr_v2<ckpt::io::codec::none>>(tmp / "zarr_raw", s);
   CHECK(ckpt::detect_format(tmp / "t5x") == "t5x");
@@ -177,7 +177,7 @@ TEST_CASE("every format round-trips every dtype through restore<T>") {
     CHECK(describe(ckpt::restore_tree(tmp / f)) == native_view);
   }
   CHECK_THROWS_CKPT(ckpt::save<ckpt::t5x>(tmp / "t5x", s), ckpt::Error, "t5x: a checkpoint already exists here");
-  ckpt::save<ckpt::flax_msgpack>(tmp / "flax.msgpack", s, {.force = true});
+  ckpt::save<ckpt::flax>(tmp / "flax.msgpack", s, {.force = true});
 }
 
 TEST_CASE("strings, empty optionals and random engines: flax, t5x and orbax store them; zarr refuses, naming the leaf") {
@@ -192,7 +192,7 @@ TEST_CASE("strings, empty optionals and random engines: flax, t5x and orbax stor
     const fs::path p = tmp / f;
     if (std::string(f) == "t5x") ckpt::save<ckpt::t5x>(p, w);
     else if (std::string(f) == "orbax") ckpt::save<ckpt::orbax>(p, w);
-    else ckpt::save<ckpt::flax_msgpack>(p, w);
+    else ckpt::save<ckpt::flax>(p, w);
     auto r = ckpt::restore<WithString>(p);
     CHECK(r.name == w.name);
     CHECK(r.w == w.w);
@@ -315,7 +315,7 @@ print(shape, dt, np.frombuffer(data, dtype=dt)[0])
 TEST_CASE("Flax msgpack: Python decodes ckpt's file as flax.serialization does, and ckpt reads Python's") {
   test::TempDir tmp;
   const AllTypes s = make_all();
-  ckpt::save<ckpt::flax_msgpack>(tmp / "state.msgpack", s);
+  ckpt::save<ckpt::flax>(tmp / "state.msgpack", s);
   const char* flax_restore = R"(
 import sys, msgpack, numpy as np
 def ndarray(data):

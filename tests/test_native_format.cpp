@@ -132,7 +132,7 @@ void rewrite_manifest(const fs::path& dir, Edit&& edit) {
   fs::remove(dir / "manifest");
   fs::remove(dir / "commit");
   ckpt::io::write_file_synced(dir / "manifest", mb);
-  const std::string c = ckpt::native_format::encode_commit({m.size(), ckpt::io::xxh3(mb)});
+  const std::string c = ckpt::detail::native::encode_commit({m.size(), ckpt::io::xxh3(mb)});
   ckpt::io::write_file_synced(dir / "commit", std::as_bytes(std::span(c)));
 }
 
@@ -269,9 +269,9 @@ for i in (0, 1, 2, 742, 1499):
   }
 
   // Fewer leaves than records_from that fit a record: version 1, which older releases read.
-  ckpt::save(tmp / "few", std::vector<std::vector<float>>(ckpt::native_format::records_from - 1, std::vector<float>(8)));
+  ckpt::save(tmp / "few", std::vector<std::vector<float>>(ckpt::detail::native::records_from - 1, std::vector<float>(8)));
   CHECK(ckpt::native::open(tmp / "few")->info().format_version == 1);
-  ckpt::save(tmp / "enough", std::vector<std::vector<float>>(ckpt::native_format::records_from, std::vector<float>(8)));
+  ckpt::save(tmp / "enough", std::vector<std::vector<float>>(ckpt::detail::native::records_from, std::vector<float>(8)));
   CHECK(ckpt::native::open(tmp / "enough")->info().format_version == 3);
 
   // Records the writer could not have written: each refused, naming the leaf.
@@ -279,7 +279,7 @@ for i in (0, 1, 2, 742, 1499):
   for (const auto& e : index->entries()) {
     if (e.path.str() == "layers.3") record_of_layer_3 = records;
     if (e.path.str() == "layers.4") record_of_layer_4 = records;
-    records += ckpt::native_format::fits_record(e);
+    records += ckpt::detail::native::fits_record(e);
   }
   const auto bad = [&](const std::string& name, auto&& edit) {
     fs::copy(tmp / "v3", tmp / name, fs::copy_options::recursive);
@@ -360,10 +360,10 @@ TEST_CASE("a large manifest lends the reader its first bounce buffers: past its 
   // The memory past a manifest of huge-page size, page-aligned, given once; none for a
   // small one.
   {
-    const ckpt::native_format::ManifestBytes small(1000), large(std::size_t{600} << 10);
+    const ckpt::detail::native::ManifestBytes small(1000), large(std::size_t{600} << 10);
     CHECK(small.take_spare().empty());
     const std::span<std::byte> spare = large.take_spare();
-    REQUIRE(spare.size() >= 2 * ckpt::native_format::Reader::bounce_bytes);
+    REQUIRE(spare.size() >= 2 * ckpt::detail::native::Reader::bounce_bytes);
     CHECK(spare.data() >= large.bytes().data() + large.bytes().size());
     CHECK(reinterpret_cast<std::uintptr_t>(spare.data()) % 4096 == 0);
     CHECK(large.take_spare().empty());
@@ -385,8 +385,8 @@ TEST_CASE("a large manifest lends the reader its first bounce buffers: past its 
   ckpt::save(tmp / "b", many, {.data_files = 2});
   const auto index_a = ckpt::open_index(tmp / "a");
   const auto index_b = ckpt::open_index(tmp / "b");
-  const auto* reader_a = dynamic_cast<const ckpt::native_format::Reader*>(index_a->reader().get());
-  const auto* reader_b = dynamic_cast<const ckpt::native_format::Reader*>(index_b->reader().get());
+  const auto* reader_a = dynamic_cast<const ckpt::detail::native::Reader*>(index_a->reader().get());
+  const auto* reader_b = dynamic_cast<const ckpt::detail::native::Reader*>(index_b->reader().get());
   REQUIRE(reader_a);
   REQUIRE(reader_b);
   CHECK(reader_a->lent_buffers() >= 2);
@@ -448,7 +448,7 @@ TEST_CASE("small leaves are read in groups: each in its place, the padding skipp
   // about 7.5 MB of leaves and padding here, in runs of up to 256 KiB.
   std::uint64_t stored = 0;
   for (const auto& w : small.ws) stored += (w.size() * sizeof(std::int32_t) + 4095) / 4096 * 4096;
-  const std::uint64_t buffers = stored / ckpt::native_format::Reader::bounce_bytes;
+  const std::uint64_t buffers = stored / ckpt::detail::native::Reader::bounce_bytes;
   CHECK(calls > buffers / 2);
   CHECK(calls < buffers * 3 / 2 + 10);
   Small into;
@@ -821,7 +821,7 @@ TEST_CASE("the manifest streamed through the writer's buffer is the manifest pac
   for (std::size_t i = 0; i < many.leaves.size(); ++i) many.leaves[i] = {static_cast<float>(i), 0.5f, -1.0f};
   ckpt::save(tmp / "c", many);
   const auto index = ckpt::open_index(tmp / "c");
-  const std::vector<char> packed = ckpt::native_format::encode_manifest(index->info(), index->entries());
+  const std::vector<char> packed = ckpt::detail::native::encode_manifest(index->info(), index->entries());
   REQUIRE(packed.size() > 3 * (std::size_t{256} << 10));
   // What the save wrote is what the index it reads back packs to.
   const std::vector<char> on_disk = test::read_bytes(tmp / "c" / "manifest");
@@ -830,7 +830,7 @@ TEST_CASE("the manifest streamed through the writer's buffer is the manifest pac
 
   auto mem = ckpt::storage::MemoryStorage::named("native-test-manifest");
   auto out = mem->create("m");
-  const ckpt::native_format::CommitRecord record = ckpt::native_format::write_manifest(*out, index->info(), index->entries());
+  const ckpt::detail::native::CommitRecord record = ckpt::detail::native::write_manifest(*out, index->info(), index->entries());
   out->close();
   const auto streamed = mem->read_all("m", std::uint64_t{1} << 30);
   REQUIRE(streamed.has_value());

@@ -117,7 +117,7 @@ TEST_CASE("the OCDBT reader agrees with the independent decoder on every fixture
   REQUIRE(dbs.size() >= 70);
   std::string mine;
   for (const auto& d : dbs) {
-    auto db = ckpt::ocdbt::Database::open(d, d.string());
+    auto db = ckpt::detail::ocdbt::Database::open(d, d.string());
     mine += fs::relative(d, fixtures).string() + " gen " + std::to_string(db->latest().generation) + " versions " +
             std::to_string(db->versions().size()) + "\n";
     for (const auto& [k, v] : db->values()) mine += "  " + k + " " + std::to_string(*db->size(k)) + "\n";
@@ -292,10 +292,10 @@ TEST_CASE("OCDBT beyond the fixtures: many keys over several B+tree levels, out-
   const fs::path db = tmp / "db";
   std::map<std::string, std::string> expect;
   {
-    ckpt::ocdbt::WriterOptions opt;
+    ckpt::detail::ocdbt::WriterOptions opt;
     opt.target_node_bytes = 600;  // small nodes: three levels for 5000 keys
     opt.max_inline_value_bytes = 64;
-    ckpt::ocdbt::Writer w(db, opt);
+    ckpt::detail::ocdbt::Writer w(db, opt);
     for (int i = 0; i < 5000; ++i) {
       const std::string k = "param_" + std::to_string(i * 7919 % 5000) + (i % 3 ? "/0" : "/.zarray");
       std::string v(static_cast<std::size_t>(i % 150), static_cast<char>('a' + i % 26));
@@ -304,7 +304,7 @@ TEST_CASE("OCDBT beyond the fixtures: many keys over several B+tree levels, out-
     }
     w.commit();
   }
-  auto d = ckpt::ocdbt::Database::open(db, db.string());
+  auto d = ckpt::detail::ocdbt::Database::open(db, db.string());
   CHECK(d->latest().root_height >= 2);
   CHECK(d->values().size() == 5000);
   std::size_t indirect = 0;
@@ -331,12 +331,12 @@ TEST_CASE("OCDBT beyond the fixtures: many keys over several B+tree levels, out-
 
   // a second and third generation: the latest wins, older roots stay in the manifest
   for (int g = 2; g <= 3; ++g) {
-    ckpt::ocdbt::Writer w(db);
+    ckpt::detail::ocdbt::Writer w(db);
     const std::string v = "generation " + std::to_string(g);
     w.put("only", std::as_bytes(std::span(v)));
     w.commit();
   }
-  d = ckpt::ocdbt::Database::open(db, db.string());
+  d = ckpt::detail::ocdbt::Database::open(db, db.string());
   CHECK(d->versions().size() == 3);
   CHECK(d->latest().generation == 3);
   REQUIRE(d->values().size() == 1);
@@ -360,32 +360,32 @@ TEST_CASE("crc32c known answers, masked form, and the numbered manifest kind") {
   test::TempDir tmp;
   const fs::path db = tmp / "db";
   {
-    ckpt::ocdbt::Writer w(db);
+    ckpt::detail::ocdbt::Writer w(db);
     const std::string v = "value";
     w.put("k", std::as_bytes(std::span(v)));
     w.commit();
   }
-  const auto uuid = ckpt::ocdbt::Database::open(db, "x")->config().uuid;
+  const auto uuid = ckpt::detail::ocdbt::Database::open(db, "x")->config().uuid;
   fs::rename(db / "manifest.ocdbt", db / "manifest.0000000000000001");
   std::vector<std::byte> cfg;
   for (auto x : uuid) cfg.push_back(static_cast<std::byte>(x));
   cfg.push_back(std::byte{1});
-  ckpt::ocdbt::put_varint(cfg, 1024);
-  ckpt::ocdbt::put_varint(cfg, 100000000);
+  ckpt::detail::ocdbt::put_varint(cfg, 1024);
+  ckpt::detail::ocdbt::put_varint(cfg, 100000000);
   cfg.push_back(std::byte{4});
-  ckpt::ocdbt::put_varint(cfg, 0);
-  ckpt::io::write_file_synced(db / "manifest.ocdbt", ckpt::ocdbt::encode_envelope(cfg, ckpt::ocdbt::manifest_magic, true, 0));
-  const auto d = ckpt::ocdbt::Database::open(db, "x");
+  ckpt::detail::ocdbt::put_varint(cfg, 0);
+  ckpt::io::write_file_synced(db / "manifest.ocdbt", ckpt::detail::ocdbt::encode_envelope(cfg, ckpt::detail::ocdbt::manifest_magic, true, 0));
+  const auto d = ckpt::detail::ocdbt::Database::open(db, "x");
   CHECK(d->config().manifest_kind == 1);
   REQUIRE(d->values().size() == 1);
   CHECK(d->values().at("k").bytes == "value");
   fs::remove(db / "manifest.0000000000000001");
-  CHECK_THROWS_AS(ckpt::ocdbt::Database::open(db, "x"), ckpt::CorruptCheckpointError);
+  CHECK_THROWS_AS(ckpt::detail::ocdbt::Database::open(db, "x"), ckpt::CorruptCheckpointError);
 }
 
 // Rewrites `file` (an OCDBT manifest or node) with a new body, valid envelope and CRC.
 void rewrite(const fs::path& file, const std::vector<std::byte>& body, std::uint32_t magic) {
-  const auto enc = ckpt::ocdbt::encode_envelope(body, magic, false, 0);
+  const auto enc = ckpt::detail::ocdbt::encode_envelope(body, magic, false, 0);
   fs::remove(file);
   ckpt::io::write_file_synced(file, enc);
 }
@@ -393,10 +393,10 @@ void rewrite(const fs::path& file, const std::vector<std::byte>& body, std::uint
 std::vector<std::byte> manifest_prefix(std::uint64_t max_decoded = 1 << 20) {
   std::vector<std::byte> b(16, std::byte{1});
   b.push_back(std::byte{0});
-  ckpt::ocdbt::put_varint(b, 1024);
-  ckpt::ocdbt::put_varint(b, max_decoded);
+  ckpt::detail::ocdbt::put_varint(b, 1024);
+  ckpt::detail::ocdbt::put_varint(b, max_decoded);
   b.push_back(std::byte{4});
-  ckpt::ocdbt::put_varint(b, 0);
+  ckpt::detail::ocdbt::put_varint(b, 0);
   return b;
 }
 
@@ -438,33 +438,33 @@ TEST_CASE("hostile OCDBT databases: bad CRCs, magic, lengths, counts, offsets, h
   {  // counts far beyond the bytes there
     const auto item = fresh("count");
     auto b = manifest_prefix();
-    ckpt::ocdbt::put_varint(b, 1ull << 40);  // data files
-    rewrite(item / "manifest.ocdbt", b, ckpt::ocdbt::manifest_magic);
+    ckpt::detail::ocdbt::put_varint(b, 1ull << 40);  // data files
+    rewrite(item / "manifest.ocdbt", b, ckpt::detail::ocdbt::manifest_magic);
     err(item, "data file count");
     b = manifest_prefix();
-    ckpt::ocdbt::put_varint(b, 0);
-    ckpt::ocdbt::put_varint(b, 1ull << 62);  // versions
-    rewrite(item / "manifest.ocdbt", b, ckpt::ocdbt::manifest_magic);
+    ckpt::detail::ocdbt::put_varint(b, 0);
+    ckpt::detail::ocdbt::put_varint(b, 1ull << 62);  // versions
+    rewrite(item / "manifest.ocdbt", b, ckpt::detail::ocdbt::manifest_magic);
     err(item, "version count");
   }
   {  // a data file path that leaves the database
     const auto item = fresh("escape");
     auto b = manifest_prefix();
-    ckpt::ocdbt::write_data_file_table(b, {"../../../etc/passwd"});
-    rewrite(item / "manifest.ocdbt", b, ckpt::ocdbt::manifest_magic);
+    ckpt::detail::ocdbt::write_data_file_table(b, {"../../../etc/passwd"});
+    rewrite(item / "manifest.ocdbt", b, ckpt::detail::ocdbt::manifest_magic);
     err(item, "leaves the database");
   }
   // a root reference past the end of its file, a height mismatch, a node referring to itself
   auto with_root = [&](const fs::path& item, const std::string& file, std::uint64_t off, std::uint64_t len, int height) {
     auto b = manifest_prefix();
-    ckpt::ocdbt::write_data_file_table(b, {file});
-    ckpt::ocdbt::put_varint(b, 1);
-    ckpt::ocdbt::put_varint(b, 1);
+    ckpt::detail::ocdbt::write_data_file_table(b, {file});
+    ckpt::detail::ocdbt::put_varint(b, 1);
+    ckpt::detail::ocdbt::put_varint(b, 1);
     b.push_back(static_cast<std::byte>(height));
-    for (std::uint64_t x : {std::uint64_t{0}, off, len, std::uint64_t{1}, len, std::uint64_t{0}}) ckpt::ocdbt::put_varint(b, x);
-    ckpt::ocdbt::put_le(b, 0, 8);
-    ckpt::ocdbt::put_varint(b, 0);
-    rewrite(item / "manifest.ocdbt", b, ckpt::ocdbt::manifest_magic);
+    for (std::uint64_t x : {std::uint64_t{0}, off, len, std::uint64_t{1}, len, std::uint64_t{0}}) ckpt::detail::ocdbt::put_varint(b, x);
+    ckpt::detail::ocdbt::put_le(b, 0, 8);
+    ckpt::detail::ocdbt::put_varint(b, 0);
+    rewrite(item / "manifest.ocdbt", b, ckpt::detail::ocdbt::manifest_magic);
   };
   {
     const auto item = fresh("past");
@@ -478,17 +478,17 @@ TEST_CASE("hostile OCDBT databases: bad CRCs, magic, lengths, counts, offsets, h
     fs::create_directories(item / "d");
     // an interior node (height 1) whose only child is itself
     std::vector<std::byte> node{std::byte{1}};
-    ckpt::ocdbt::write_data_file_table(node, {"d/self"});
-    ckpt::ocdbt::put_varint(node, 1);
-    ckpt::ocdbt::put_varint(node, 1);  // key suffix length
-    ckpt::ocdbt::put_varint(node, 0);  // subtree common prefix
+    ckpt::detail::ocdbt::write_data_file_table(node, {"d/self"});
+    ckpt::detail::ocdbt::put_varint(node, 1);
+    ckpt::detail::ocdbt::put_varint(node, 1);  // key suffix length
+    ckpt::detail::ocdbt::put_varint(node, 0);  // subtree common prefix
     node.push_back(std::byte{'k'});
     std::vector<std::byte> enc;
     for (int attempt = 0; attempt < 2; ++attempt) {
       std::vector<std::byte> n2 = node;
       for (std::uint64_t x : {std::uint64_t{0}, std::uint64_t{0}, static_cast<std::uint64_t>(enc.size()), std::uint64_t{1}, std::uint64_t{1}, std::uint64_t{0}})
-        ckpt::ocdbt::put_varint(n2, x);
-      enc = ckpt::ocdbt::encode_envelope(n2, ckpt::ocdbt::btree_magic, false, 0);
+        ckpt::detail::ocdbt::put_varint(n2, x);
+      enc = ckpt::detail::ocdbt::encode_envelope(n2, ckpt::detail::ocdbt::btree_magic, false, 0);
     }
     ckpt::io::write_file_synced(item / "d/self", enc);
     with_root(item, "d/self", 0, enc.size(), 1);
@@ -499,7 +499,7 @@ TEST_CASE("hostile OCDBT databases: bad CRCs, magic, lengths, counts, offsets, h
   {  // a node whose zstd body would decompress to 300 MB
     const auto item = fresh("bomb");
     std::vector<std::byte> zeros(300u << 20);
-    const auto enc = ckpt::ocdbt::encode_envelope(zeros, ckpt::ocdbt::btree_magic, true, 1);
+    const auto enc = ckpt::detail::ocdbt::encode_envelope(zeros, ckpt::detail::ocdbt::btree_magic, true, 1);
     ckpt::io::write_file_synced(item / "d/bomb", enc);
     with_root(item, "d/bomb", 0, enc.size(), 0);
     err(item, "decompresses to more than");

@@ -74,9 +74,9 @@ void edit_leaf_w(const fs::path& from, const fs::path& to, F&& f) {
   ckpt::IndexEntries entries = index->entries();
   for (auto& e : entries)
     if (e.path.str() == "w") f(e);
-  const auto m = ckpt::native_format::encode_manifest(index->info(), entries);
+  const auto m = ckpt::detail::native::encode_manifest(index->info(), entries);
   test::write_bytes(to / "manifest", m);
-  const std::string commit = ckpt::native_format::encode_commit({m.size(), ckpt::io::xxh3(std::as_bytes(std::span(m)))});
+  const std::string commit = ckpt::detail::native::encode_commit({m.size(), ckpt::io::xxh3(std::as_bytes(std::span(m)))});
   test::write_bytes(to / "commit", std::vector<char>(commit.begin(), commit.end()));
 }
 

@@ -530,7 +530,7 @@ TEST_CASE("storage: a subtree of an Orbax (OCDBT and not), zarr, t5x or safetens
     else ckpt::save_snapshot(*ckpt::find_format(name), url, snap);
     const ckpt::storage::LocationKv kv(ckpt::storage::open_location(url));
     std::uint64_t stored = 0;
-    if (name == "orbax") stored = value_bytes(*ckpt::ocdbt::Database::open(std::make_shared<ckpt::storage::LocationKv>(ckpt::storage::open_location(url)), "default/", url), "layers.3.w/");
+    if (name == "orbax") stored = value_bytes(*ckpt::detail::ocdbt::Database::open(std::make_shared<ckpt::storage::LocationKv>(ckpt::storage::open_location(url)), "default/", url), "layers.3.w/");
     else if (name == "orbax_without_ocdbt") stored = value_bytes(kv, "default/layers.3.w/");
     else if (name == "zarr") stored = value_bytes(kv, "layers/3/w/");
     else if (name == "t5x") stored = value_bytes(kv, "layers.3.w/");
@@ -876,7 +876,7 @@ TEST_CASE("storage: one subtree of a 256 MiB Orbax, t5x or safetensors checkpoin
     const auto kv = std::make_shared<ckpt::storage::LocationKv>(ckpt::storage::open_location(url));
     CHECK(value_bytes(*kv, "") >= std::uint64_t{200} << 20);  // t5x's gzip saves a tenth
     std::uint64_t stored = 0;
-    if (name == "orbax") stored = value_bytes(*ckpt::ocdbt::Database::open(kv, "default/", url), "layers.5.w/");
+    if (name == "orbax") stored = value_bytes(*ckpt::detail::ocdbt::Database::open(kv, "default/", url), "layers.5.w/");
     else if (name == "t5x") stored = value_bytes(*kv, "layers.5.w/");
     else stored = s.layers[5].w.size() * sizeof(float);
     REQUIRE(stored >= std::uint64_t{25} << 20);

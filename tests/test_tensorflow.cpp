@@ -164,7 +164,7 @@ Tensor string_scalar(std::string name, const std::string& s) {
 // The path of a TF name in a checkpoint where it is no other name's scope: split at '/'.
 ckpt::Path tf_path(std::string_view name) {
   const std::vector<std::string_view> one{name};
-  return ckpt::interop::FlatNames(one, '/').path(name);
+  return ckpt::detail::interop::FlatNames(one, '/').path(name);
 }
 
 // Runs a command; its standard output (the test fails if it exits non-zero).
@@ -207,8 +207,8 @@ struct Small {
 };
 
 // What t5x's checkpoint_importer does to Mesh TF names, for a few of the tiny T5's variables.
-ckpt::tf::Translator t5_rules() {
-  return ckpt::tf::rules({
+ckpt::tensorflow::Translator t5_rules() {
+  return ckpt::tensorflow::rules({
       {R"((encoder|decoder)/block_0*(\d+)/layer_0*(\d+)/(SelfAttention|EncDecAttention)/(q|k|v|o))",
        "target.$1.layers_$2.attention_$3.$5.kernel"},
       {R"((encoder|decoder)/block_0*(\d+)/layer_0*(\d+)/DenseReluDense/(wi_0|wi_1|wo)/kernel)", "target.$1.layers_$2.mlp_$3.$4.kernel"},
@@ -255,7 +255,7 @@ TEST_CASE("TF-Serving's checkpoints (TF 1 and 2, snappy and plain index blocks) 
     CAPTURE(w.dir);
     const fs::path saved_model = serving / w.dir;
     CHECK(ckpt::detect_format(saved_model) == "tensorflow");  // a SavedModel directory
-    const auto t = ckpt::tf::restore_tree(saved_model / "variables/variables");
+    const auto t = ckpt::tensorflow::restore_tree(saved_model / "variables/variables");
     for (const auto& [name, v] : w.scalars) {
       const auto path = tf_path(name);
       CHECK(t.leaf(path).dtype() == ckpt::dtype::float32);
@@ -301,14 +301,14 @@ TEST_CASE("the Mesh TF T5 checkpoint: the index lists all 105 variables; a full 
   CHECK_THROWS_WITH_AS(ckpt::restore_tree(mtf / "model.ckpt-0"), doctest::Contains("missing"), ckpt::CorruptCheckpointError);
 
   // translated as t5x does: every variable needs a rule, the Adafactor slots have none
-  CHECK_THROWS_WITH_AS(ckpt::tf::convert(mtf, t5_rules()), doctest::Contains("_slot_v"), ckpt::Error);
-  const auto t = ckpt::tf::convert(mtf, t5_rules(), {.skip_unmapped = true});
+  CHECK_THROWS_WITH_AS(ckpt::tensorflow::convert(mtf, t5_rules()), doctest::Contains("_slot_v"), ckpt::Error);
+  const auto t = ckpt::tensorflow::convert(mtf, t5_rules(), {.skip_unmapped = true});
   CHECK(t.size() == 53);
   CHECK(t.leaf("target.encoder.layers_0.attention_0.q.kernel").shape() == ckpt::Shape{32, 128});
   CHECK(t.leaf("target.token_embedder.embedding").dtype() == ckpt::dtype::bfloat16);
   CHECK(t.leaf("step").as<std::int64_t>() == 0);
   // the worked example's translator (examples/t5_mesh_tf_translator.hpp) maps all 105, as t5x does
-  const auto full = ckpt::tf::convert(mtf, t5_example::t5_mesh_tf_translator());
+  const auto full = ckpt::tensorflow::convert(mtf, t5_example::t5_mesh_tf_translator());
   CHECK(full.size() == 105);
   CHECK(full.leaf("target.encoder.layers_1.attention.query.kernel").shape() == ckpt::Shape{32, 128});
   CHECK(full.leaf("target.decoder.layers_0.encoder_decoder_attention.out.kernel").shape() == ckpt::Shape{128, 32});
@@ -359,17 +359,17 @@ TEST_CASE("bundles of every dtype, written here, read back; the independent Pyth
   CHECK(t.leaf("name").as<std::string>() == "hello bundle");
   CHECK(t.leaf("i16").as<std::vector<std::int16_t>>()[0] == -300);
   // restore<T> through a rule table; bias is a scalar
-  const auto small = ckpt::tf::restore<Small>(
-      prefix, ckpt::tf::rules({{"layer/(kernel|bias)", "layer.$1"}, {"f64|i32|u8|i16|i8|c64|i64|bool|bf16|u16|c128|f16|u32|u64|name", ""}}),
+  const auto small = ckpt::tensorflow::restore<Small>(
+      prefix, ckpt::tensorflow::rules({{"layer/(kernel|bias)", "layer.$1"}, {"f64|i32|u8|i16|i8|c64|i64|bool|bf16|u16|c128|f16|u32|u64|name", ""}}),
       {.skip_unmapped = true});
   CHECK(small.layer.kernel == xt::xtensor<float, 2>{{1.f, 2.f}, {3.f, 4.f}});
   CHECK(small.layer.bias == 0.25f);
   // a callable translator, and a state_transformation_fns-like edit
-  const auto renamed = ckpt::tf::convert(
+  const auto renamed = ckpt::tensorflow::convert(
       prefix, [](std::string_view n) -> std::optional<std::string> { return n == "i8" ? std::optional<std::string>("x.i8") : std::nullopt; },
       {.skip_unmapped = true, .transforms = {[](ckpt::Tree& tr) { tr.set("x.extra", 5); }}});
   CHECK(renamed.paths() == std::vector<std::string>{"x.i8", "x.extra"});
-  CHECK_THROWS_WITH_AS(ckpt::tf::convert(prefix, ckpt::tf::rules({{".*", "same"}})), doctest::Contains("same path"), ckpt::Error);
+  CHECK_THROWS_WITH_AS(ckpt::tensorflow::convert(prefix, ckpt::tensorflow::rules({{".*", "same"}})), doctest::Contains("same path"), ckpt::Error);
 
   // the independent decoder (pure Python + numpy, its own crc32c) reads this writer's bundle
   const std::string out = test::python(
@@ -531,7 +531,7 @@ TEST_CASE("TF string tensors of any shape: one string leaf per element; the inde
     std::string note;
   };
   // a rule for the tensor's name covers its elements
-  const auto s = ckpt::tf::restore<Strings>(prefix, ckpt::tf::rules({{"table/keys", "table.keys"}, {"names|note", "$&"}}));
+  const auto s = ckpt::tensorflow::restore<Strings>(prefix, ckpt::tensorflow::rules({{"table/keys", "table.keys"}, {"names|note", "$&"}}));
   CHECK(s.table.keys == std::vector<std::vector<std::string>>{{"the", ""}, {std::string("a\0b", 3), "\xc3\xa9t\xc3\xa9"}});
   CHECK(s.names == std::vector<std::string>{"x", "yy", "zzz"});
   CHECK(s.note == "one");
@@ -581,7 +581,7 @@ TEST_CASE("hostile TF index and data files: errors naming the checkpoint, never 
   CHECK(refused > static_cast<int>(real.size()) - 60);
   for (std::size_t n = 0; n < real.size(); n += 7) {
     test::write_bytes(tmp / "model.ckpt-0.index", std::vector<char>(real.begin(), real.begin() + static_cast<std::ptrdiff_t>(n)));
-    CHECK_THROWS_AS(ckpt::tf::open_bundle(prefix), ckpt::Error);
+    CHECK_THROWS_AS(ckpt::tensorflow::open_bundle(prefix), ckpt::Error);
   }
   MESSAGE(opened << " of " << real.size() << " flipped bytes left an index that opens");
 
@@ -600,7 +600,7 @@ TEST_CASE("hostile TF index and data files: errors naming the checkpoint, never 
     CAPTURE(c.what);
     test::TempDir d;
     write_bundle(d / "p", c.tensors, c.header);
-    CHECK_THROWS_AS(ckpt::tf::open_bundle(d / "p"), ckpt::CorruptCheckpointError);
+    CHECK_THROWS_AS(ckpt::tensorflow::open_bundle(d / "p"), ckpt::CorruptCheckpointError);
   }
   // data that lies: a flipped byte fails the crc, a short shard fails the bounds
   test::TempDir d;
@@ -616,10 +616,10 @@ TEST_CASE("hostile TF index and data files: errors naming the checkpoint, never 
   // a shard id past num_shards, a state file naming nothing
   Tensor s = numeric<float>("x", 1, {1}, {1.f});
   write_text(d / "q.index", table({{"", header_proto(1)}, {"x", entry_proto(s, 0, 3)}}));
-  CHECK_THROWS_WITH_AS(ckpt::tf::open_bundle(d / "q"), doctest::Contains("shard 3"), ckpt::CorruptCheckpointError);
+  CHECK_THROWS_WITH_AS(ckpt::tensorflow::open_bundle(d / "q"), doctest::Contains("shard 3"), ckpt::CorruptCheckpointError);
   test::TempDir e;
   write_text(e / "checkpoint", "model_checkpoint_path: \"gone-5\"\n");
-  CHECK_THROWS_WITH_AS(ckpt::tf::open_bundle(e.path()), doctest::Contains("gone-5"), ckpt::Error);
+  CHECK_THROWS_WITH_AS(ckpt::tensorflow::open_bundle(e.path()), doctest::Contains("gone-5"), ckpt::Error);
 }
 
 TEST_CASE("ckpt convert model.ckpt-0 out --to native|flax|t5x|orbax") {
@@ -692,7 +692,7 @@ TEST_CASE("TF1 optimizer slots below their variable (w, w/Adam): every variable 
   const auto t = ckpt::restore_tree(prefix);
   check_tree(t);
   CHECK(t.paths() == ckpt::restore_tree(prefix).paths());  // stable
-  check_tree(ckpt::tf::restore_tree(tmp.path() / "model.ckpt-10.index"));
+  check_tree(ckpt::tensorflow::restore_tree(tmp.path() / "model.ckpt-10.index"));
   const auto meta = ckpt::metadata(prefix);
   REQUIRE(meta.size() == want.size());
   for (const auto& w : want) {
@@ -701,9 +701,9 @@ TEST_CASE("TF1 optimizer slots below their variable (w, w/Adam): every variable 
     CAPTURE(path);
     CHECK(meta.leaf(path).shape() == ckpt::Shape(tensor.shape));
     // the inverse gives back TensorFlow's name
-    CHECK(ckpt::tf::variable_name(ckpt::Path::parse(path)) == tensor.name);
+    CHECK(ckpt::tensorflow::variable_name(ckpt::Path::parse(path)) == tensor.name);
   }
-  CHECK_FALSE(ckpt::tf::variable_name(ckpt::Path::parse("w.@value.x")));
+  CHECK_FALSE(ckpt::tensorflow::variable_name(ckpt::Path::parse("w.@value.x")));
 
   // translators see TensorFlow's names, as t5x's convert_from_tf_checkpoint gives them
   std::set<std::string> seen;
@@ -723,7 +723,7 @@ TEST_CASE("TF1 optimizer slots below their variable (w, w/Adam): every variable 
     std::replace(name.begin(), name.end(), '/', '.');
     return prefix + name;
   };
-  const auto state = ckpt::tf::convert(prefix, to_state, {.skip_unmapped = true});
+  const auto state = ckpt::tensorflow::convert(prefix, to_state, {.skip_unmapped = true});
   std::set<std::string> names;
   for (const auto& x : tensors) names.insert(x.name);
   CHECK(seen == names);
@@ -744,8 +744,8 @@ TEST_CASE("TF1 optimizer slots below their variable (w, w/Adam): every variable 
     std::vector<float> w, m, v, ema;
     std::int64_t step = 0;
   };
-  const auto by_rules = ckpt::tf::restore<Slots>(
-      prefix, ckpt::tf::rules({{"w", "w"}, {"w/Adam", "m"}, {"w/Adam_1", "v"}, {"w/ExponentialMovingAverage", "ema"}, {"global_step", "step"}}),
+  const auto by_rules = ckpt::tensorflow::restore<Slots>(
+      prefix, ckpt::tensorflow::rules({{"w", "w"}, {"w/Adam", "m"}, {"w/Adam_1", "v"}, {"w/ExponentialMovingAverage", "ema"}, {"global_step", "step"}}),
       {.skip_unmapped = true});
   const auto by_transform = ckpt::restore<Slots>(prefix, {.transform = [](ckpt::Tree& tree) {
                                                             tree.rename("w.Adam", "m");
@@ -789,10 +789,10 @@ TEST_CASE("TF1 optimizer slots below their variable (w, w/Adam): every variable 
     std::vector<std::string> keys;
     std::int64_t size = 0;
   };
-  const auto table = ckpt::tf::restore<Table>(vocab, ckpt::tf::rules({{"vocab", "keys"}, {"vocab/size", "size"}}));
+  const auto table = ckpt::tensorflow::restore<Table>(vocab, ckpt::tensorflow::rules({{"vocab", "keys"}, {"vocab/size", "size"}}));
   CHECK(table.keys == std::vector<std::string>{"a", "bc"});
   CHECK(table.size == 2);
-  CHECK_THROWS_WITH_AS(ckpt::tf::convert(vocab, ckpt::tf::rules({{"vocab/size", "size"}})),
+  CHECK_THROWS_WITH_AS(ckpt::tensorflow::convert(vocab, ckpt::tensorflow::rules({{"vocab/size", "size"}})),
                        doctest::Contains("vocab/0, vocab/1"), ckpt::Error);
 }
 

@@ -185,7 +185,7 @@ std::vector<Row> object_rows(const fs::path& root) {
     const auto step = loc.child(name);
     if (name.empty() || name[0] == '.' || !loc.storage->size(step.key(ckpt::storage::commit_marker))) continue;
     Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), "native", "", 0, json::object(), nullptr};
-    if (!loc.storage->size(step.key(ckpt::native_format::commit_file))) r.format = "other";  // telling which would download it
+    if (!loc.storage->size(step.key(ckpt::detail::native::commit_file))) r.format = "other";  // telling which would download it
     for (const auto& k : loc.storage->list(step.prefix + "/")) r.size += loc.storage->size(k).value_or(0);
     const auto info = add_step_info(r, step);
     if (info.time != std::chrono::system_clock::time_point{})  // from _CHECKPOINT_METADATA: an object has no time

@@ -8,7 +8,7 @@ namespace fuzz::targets::flax {
 inline int run(const std::uint8_t* data, std::size_t size) {
   static const fs::path file = fuzz::scratch() / "state.msgpack";
   fuzz::write_file(file, data, size);
-  fuzz::open_and_read<ckpt::flax_msgpack>(file);
+  fuzz::open_and_read<ckpt::flax>(file);
   return 0;
 }
 

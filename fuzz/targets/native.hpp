@@ -21,10 +21,10 @@ inline const fs::path& dir() {
 inline int run(const std::uint8_t* data, std::size_t size) {
   const auto& d = dir();
   const std::string_view in(reinterpret_cast<const char*>(data), size);
-  fuzz::expect_only_ckpt_errors([&] { (void)ckpt::native_format::decode_commit(in, d.string()); });
+  fuzz::expect_only_ckpt_errors([&] { (void)ckpt::detail::native::decode_commit(in, d.string()); });
   fuzz::write_file(d / "manifest", data, size);
   const auto bytes = std::as_bytes(std::span(data, size));
-  fuzz::write_file(d / "commit", ckpt::native_format::encode_commit({size, ckpt::io::xxh3(bytes)}));
+  fuzz::write_file(d / "commit", ckpt::detail::native::encode_commit({size, ckpt::io::xxh3(bytes)}));
   fuzz::open_and_read<ckpt::native>(d);
   return 0;
 }

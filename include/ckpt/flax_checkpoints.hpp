@@ -1,10 +1,11 @@
-// ckpt/flax_checkpoints.hpp — ckpt::flax::save_checkpoint, restore_checkpoint and
-// latest_checkpoint: the counterpart of flax.training.checkpoints (the legacy API).
+// ckpt/flax_checkpoints.hpp — the definitions of ckpt::flax::save_checkpoint,
+// restore_checkpoint and latest_checkpoint (declared with ckpt::flax in format/flax.hpp):
+// the counterpart of flax.training.checkpoints (the legacy API).
 //
 // Files are named as Flax names them, <dir>/<prefix><step> ("checkpoint_100"), each a
 // Flax msgpack file; a save publishes it as every ckpt save does (a hidden file, fsynced,
-// renamed into place: io/staging_dir.hpp), then deletes all but the newest `keep` checkpoints (those whose step is a
-// multiple of keep_every_n_steps are kept too).
+// renamed into place: io/staging_dir.hpp), then deletes all but the newest `keep`
+// checkpoints (those whose step is a multiple of keep_every_n_steps are kept too).
 #pragma once
 
 #include <algorithm>
@@ -18,34 +19,24 @@
 #include <ckpt/restore.hpp>
 #include <ckpt/save.hpp>
 
-namespace ckpt::flax {
+namespace ckpt {
 
-namespace fs = std::filesystem;
-
-struct CheckpointOptions {
-  std::string prefix = "checkpoint_";
-  // How many of the newest checkpoints to keep.
-  std::size_t keep = 1;
-  // Also keep every checkpoint whose step is a multiple of this (0: none).
-  std::int64_t keep_every_n_steps = 0;
-  // Allow saving a step at or before the latest one; newer checkpoints are removed.
-  bool overwrite = false;
-};
-
-// (step, path) of every checkpoint <prefix><integer> in dir, by step.
-inline std::vector<std::pair<std::int64_t, fs::path>> list_checkpoints(const fs::path& dir, const std::string& prefix) {
+inline std::vector<std::pair<std::int64_t, std::filesystem::path>> flax::list_checkpoints(const std::filesystem::path& dir,
+                                                                                         const std::string& prefix) {
   return StepNaming{prefix}.list(dir);
 }
 
-// The newest checkpoint in dir, if any.
-inline std::optional<fs::path> latest_checkpoint(const fs::path& dir, const std::string& prefix = "checkpoint_") {
+inline std::optional<std::filesystem::path> flax::latest_checkpoint(const std::filesystem::path& dir,
+                                                                   const std::string& prefix) {
   auto all = list_checkpoints(dir, prefix);
   if (all.empty()) return std::nullopt;
   return all.back().second;
 }
 
 template <class T>
-fs::path save_checkpoint(const fs::path& dir, const T& state, std::int64_t step, const CheckpointOptions& o = {}) {
+std::filesystem::path flax::save_checkpoint(const std::filesystem::path& dir, const T& state, std::int64_t step,
+                                            const CheckpointOptions& o) {
+  namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
   const fs::path path = dir / (o.prefix + std::to_string(step));
@@ -76,8 +67,9 @@ fs::path save_checkpoint(const fs::path& dir, const T& state, std::int64_t step,
 // Restores from a checkpoint file, or from dir's latest (or given) step. Throws when
 // there is none (Flax returns the target unchanged; ckpt makes it an error to see).
 template <class T>
-T restore_checkpoint(const fs::path& ckpt_dir_or_file, std::optional<std::int64_t> step = std::nullopt,
-                     const std::string& prefix = "checkpoint_", const RestoreOptions& opts = {}) {
+T flax::restore_checkpoint(const std::filesystem::path& ckpt_dir_or_file, std::optional<std::int64_t> step,
+                           const std::string& prefix, const RestoreOptions& opts) {
+  namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_regular_file(ckpt_dir_or_file, ec)) return restore<T>(ckpt_dir_or_file, opts);
   fs::path p;
@@ -91,4 +83,4 @@ T restore_checkpoint(const fs::path& ckpt_dir_or_file, std::optional<std::int64_
   return restore<T>(p, opts);
 }
 
-}  // namespace ckpt::flax
+}  // namespace ckpt

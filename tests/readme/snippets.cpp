@@ -189,14 +189,14 @@ void run(Model& model, Model& other_layout) {
 namespace readme_formats {
 using ::TrainState;
 void snippet(const TrainState& state) {
-ckpt::save<ckpt::flax_msgpack>("/tmp/state.msgpack", state);  // one file
+ckpt::save<ckpt::flax>("/tmp/state.msgpack", state);  // one file
 ckpt::save<ckpt::t5x>("/tmp/run/checkpoint_100", state);       // msgpack + zarr arrays (gzip)
 ckpt::save<ckpt::orbax>("/tmp/run/100", state);                // Orbax step dir: OCDBT + zarr v2
 ckpt::save<ckpt::zarr_v2>("/tmp/arrays.zarr", state);          // a zarr v2 group
 ckpt::save<ckpt::safetensors>("/tmp/model.safetensors", state.params);  // Hugging Face's format
 
 auto s = ckpt::restore<TrainState>("/gcs-copy/t5x/checkpoint_100");  // any of them
-auto tf = ckpt::tf::restore_tree("/tf/run");                        // TensorFlow: read only
+auto tf = ckpt::tensorflow::restore_tree("/tf/run");                        // TensorFlow: read only
 }
 }  // namespace readme_formats
 

@@ -1,8 +1,9 @@
-// ckpt/format/flax.hpp — ckpt::flax_msgpack: the single-file checkpoints of flax.serialization,
+// ckpt/format/flax.hpp — ckpt::flax: the single-file checkpoints of flax.serialization,
 // and ckpt::flax::save_checkpoint / restore_checkpoint / latest_checkpoint, the counterpart
-// of Flax's legacy flax.training.checkpoints API (file naming, tmp-then-rename, keep).
+// of Flax's legacy flax.training.checkpoints API (file naming, tmp-then-rename, keep),
+// declared here and defined in <ckpt/flax_checkpoints.hpp>.
 //
-// A Flax checkpoint is one FILE: `save<flax_msgpack>("/tmp/run/ckpt.msgpack", state)`
+// A Flax checkpoint is one FILE: `save<flax>("/tmp/run/ckpt.msgpack", state)`
 // writes it atomically (a hidden sibling file, fsynced, renamed). Python reads it with
 // `flax.serialization.msgpack_restore(open(p, "rb").read())`.
 // Written as Flax writes: arrays (rank >= 1) as ext 1, rank-0 leaves as numpy scalars
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ckpt/detail/compile_mode.hpp>
@@ -33,10 +35,10 @@ namespace fs = std::filesystem;
 // progress (SaveOptions::progress) counts the file's bytes, msgpack framing included.
 inline void write_msgpack(const Snapshot& snap, const fs::path& file, const std::string& checkpoint,
                           const ProgressFn& progress_fn = {}) {
-  const interop::SnapNode root = interop::snapshot_tree(snap, checkpoint);
-  interop::PieceWriter w;
+  const detail::interop::SnapNode root = detail::interop::snapshot_tree(snap, checkpoint);
+  detail::interop::PieceWriter w;
   if (root.leaf == nullptr && root.children.empty()) w.pk().pack_map(0);
-  else interop::write_tree(w, root, checkpoint);
+  else detail::interop::write_tree(w, root, checkpoint);
   exec::ProgressTracker progress(progress_fn, w.size(), snap.leaves.size(), checkpoint);
   w.write_to(file, &progress);
   progress.finish();
@@ -76,9 +78,9 @@ inline bool looks_like_msgpack_map(const fs::path& file) {
 // Adds the parsed msgpack tree root (kept alive by keep) to b, under prefix. With
 // t5x_unwrap, a top-level {"version": n, "optimizer": tree} reads as tree, and info
 // records the version.
-inline void read_msgpack_tree(interop::IndexBuilder& b, const std::shared_ptr<interop::MsgpackKeep>& keep,
+inline void read_msgpack_tree(detail::interop::IndexBuilder& b, const std::shared_ptr<detail::interop::MsgpackKeep>& keep,
                               const msgpack::object* root, const std::string& context, const Path& prefix,
-                              IndexInfo* info, interop::SpecialLeaf special, bool t5x_unwrap) {
+                              IndexInfo* info, detail::interop::SpecialLeaf special, bool t5x_unwrap) {
   if (t5x_unwrap && root->type == msgpack::type::MAP) {
     const detail::mp::Reader r(b.checkpoint(), context);
     if (const auto* v = r.find(*root, "version"); v && v->type == msgpack::type::POSITIVE_INTEGER) {
@@ -88,27 +90,27 @@ inline void read_msgpack_tree(interop::IndexBuilder& b, const std::shared_ptr<in
       info->format = "orbax-msgpack";
     }
   }
-  interop::MsgpackTreeReader reader(b, *keep, context, std::move(special));
+  detail::interop::MsgpackTreeReader reader(b, *keep, context, std::move(special));
   Path p = prefix;
   reader.walk(*root, p);
 }
 
 // Adds the tree of the msgpack value under key of a checkpoint's store to b.
-inline void read_msgpack_into(interop::IndexBuilder& b, const io::KvStore& kv, const std::string& key, const Path& prefix,
-                              IndexInfo* info, interop::SpecialLeaf special = {}, bool t5x_unwrap = false) {
-  auto keep = std::make_shared<interop::MsgpackKeep>();
+inline void read_msgpack_into(detail::interop::IndexBuilder& b, const io::KvStore& kv, const std::string& key, const Path& prefix,
+                              IndexInfo* info, detail::interop::SpecialLeaf special = {}, bool t5x_unwrap = false) {
+  auto keep = std::make_shared<detail::interop::MsgpackKeep>();
   b.keep(keep);
   const std::string context = key.substr(key.rfind('/') == std::string::npos ? 0 : key.rfind('/') + 1);
-  const msgpack::object* root = &interop::load_msgpack(kv, key, *keep, b.checkpoint(), context);
+  const msgpack::object* root = &detail::interop::load_msgpack(kv, key, *keep, b.checkpoint(), context);
   read_msgpack_tree(b, keep, root, context, prefix, info, std::move(special), t5x_unwrap);
 }
 
 inline std::shared_ptr<const Index> open_msgpack(std::shared_ptr<const io::KvStore> kv, const std::string& key,
                                                  const std::string& checkpoint, const std::string& format,
-                                                 interop::SpecialLeaf special = {}, bool t5x_unwrap = false) {
+                                                 detail::interop::SpecialLeaf special = {}, bool t5x_unwrap = false) {
   IndexInfo info;
   info.format = format;
-  interop::IndexBuilder b(checkpoint);
+  detail::interop::IndexBuilder b(checkpoint);
   b.keep(kv);
   read_msgpack_into(b, *kv, key, Path(), &info, std::move(special), t5x_unwrap);
   return b.build(std::move(info));
@@ -119,30 +121,35 @@ inline std::shared_ptr<const Index> open_msgpack_file(const fs::path& file, cons
                                                       const std::string& format) {
   IndexInfo info;
   info.format = format;
-  interop::IndexBuilder b(checkpoint);
-  auto keep = std::make_shared<interop::MsgpackKeep>();
+  detail::interop::IndexBuilder b(checkpoint);
+  auto keep = std::make_shared<detail::interop::MsgpackKeep>();
   b.keep(keep);
   const std::string context = file.filename().string();
   const msgpack::object* root =
-      &interop::load_msgpack_file(file, *keep, checkpoint, context, std::uint64_t{1} << 40, true);
+      &detail::interop::load_msgpack_file(file, *keep, checkpoint, context, std::uint64_t{1} << 40, true);
   read_msgpack_tree(b, keep, root, context, Path(), &info, {}, false);
   return b.build(std::move(info));
 }
 }  // namespace detail::flax
 
-// The Flax msgpack layout as a building block: t5x keeps its tree in the same file.
-namespace flax {
-using detail::flax::looks_like_msgpack_map;
-using detail::flax::open_msgpack;
-}  // namespace flax
+// Options of flax::save_checkpoint, as flax.training.checkpoints names them.
+struct FlaxCheckpointOptions {
+  std::string prefix = "checkpoint_";
+  // How many of the newest checkpoints to keep.
+  std::size_t keep = 1;
+  // Also keep every checkpoint whose step is a multiple of this (0: none).
+  std::int64_t keep_every_n_steps = 0;
+  // Allow saving a step at or before the latest one; newer checkpoints are removed.
+  bool overwrite = false;
+};
 
-struct flax_msgpack {
+struct flax {
   static constexpr const char* name = "flax";
   // Inside a step directory (the manager's layout): the file `checkpoint`, as t5x names it.
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o) {
     detail::flax::write_msgpack(s, dir / "checkpoint", dir.string(), o.progress);
   }
-  // save<flax_msgpack>(path, state): path is the file itself.
+  // save<flax>(path, state): path is the file itself.
   static void save_file(const std::filesystem::path& file, const Snapshot& s, const SaveOptions& o) {
     io::publish_file(file, o.force, [&](const std::filesystem::path& tmp) {
       detail::flax::write_msgpack(s, tmp, file.string(), o.progress);
@@ -165,10 +172,28 @@ struct flax_msgpack {
     if (std::filesystem::is_directory(p, ec)) return open_in(std::make_shared<io::DirectoryKv>(p), p.string());
     return detail::flax::open_msgpack_file(p, p.string(), "flax");  // the caller's own path
   }
+
+  // flax.training.checkpoints: <dir>/<prefix><step> files (<ckpt/flax_checkpoints.hpp>).
+  using CheckpointOptions = FlaxCheckpointOptions;
+  // (step, path) of every checkpoint <prefix><integer> in dir, by step.
+  static std::vector<std::pair<std::int64_t, std::filesystem::path>> list_checkpoints(const std::filesystem::path& dir,
+                                                                                      const std::string& prefix);
+  // The newest checkpoint in dir, if any.
+  static std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& dir,
+                                                                const std::string& prefix = "checkpoint_");
+  template <class T>
+  static std::filesystem::path save_checkpoint(const std::filesystem::path& dir, const T& state, std::int64_t step,
+                                               const CheckpointOptions& o = {});
+  template <class T>
+  static T restore_checkpoint(const std::filesystem::path& ckpt_dir_or_file, std::optional<std::int64_t> step = std::nullopt,
+                              const std::string& prefix = "checkpoint_", const RestoreOptions& opts = {});
 };
-static_assert(format_policy<flax_msgpack>, CKPT_INTERNAL_CHECK("flax_msgpack must meet format_policy"));
+static_assert(format_policy<flax>, CKPT_INTERNAL_CHECK("flax must meet format_policy"));
 #if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)
-inline const bool flax_msgpack_registered = register_format<flax_msgpack>(40);
+inline const bool flax_registered = register_format<flax>(40);
 #endif
+
+// The earlier name of the policy.
+using flax_msgpack [[deprecated("ckpt::flax_msgpack is now ckpt::flax")]] = flax;
 
 }  // namespace ckpt

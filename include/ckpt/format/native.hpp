@@ -21,22 +21,22 @@ namespace ckpt {
 
 #if CKPT_DEFINE_API
 CKPT_API void native::write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o) {
-  native_format::write(s, dir, o);
+  detail::native::write(s, dir, o);
 }
-CKPT_API bool native::detect(const std::filesystem::path& dir) { return native_format::detect(dir); }
+CKPT_API bool native::detect(const std::filesystem::path& dir) { return detail::native::detect(dir); }
 CKPT_API bool native::is_committed(const std::filesystem::path& dir) {
   std::error_code ec;
-  return std::filesystem::is_regular_file(dir / native_format::commit_file, ec);
+  return std::filesystem::is_regular_file(dir / detail::native::commit_file, ec);
 }
-CKPT_API std::shared_ptr<const Index> native::open(const std::filesystem::path& dir) { return native_format::open(dir); }
+CKPT_API std::shared_ptr<const Index> native::open(const std::filesystem::path& dir) { return detail::native::open(dir); }
 CKPT_API bool native::detect_in(const io::KvStore& kv) {
-  return kv.contains(native_format::commit_file) || kv.contains(native_format::manifest_file);
+  return kv.contains(detail::native::commit_file) || kv.contains(detail::native::manifest_file);
 }
 CKPT_API void native::write_to(const Snapshot& s, const storage::Location& loc, const SaveOptions& o) {
-  native_format::write(s, loc, o);
+  detail::native::write(s, loc, o);
 }
 CKPT_API std::shared_ptr<const Index> native::open_location(const storage::Location& loc) {
-  return native_format::open(loc);
+  return detail::native::open(loc);
 }
 CKPT_API void native::check_box(const std::string& dir, const SnapshotLeaf& leaf) {
   detail::native::check_leaf_box(dir, leaf);

@@ -40,7 +40,7 @@ namespace ckpt {
 
 namespace detail::orbax {
 namespace fs = std::filesystem;
-using zarr::json;
+using detail::zarr::json;
 
 inline constexpr const char* checkpoint_metadata = "_CHECKPOINT_METADATA";
 inline constexpr const char* tree_metadata = "_METADATA";
@@ -84,7 +84,7 @@ inline std::uint64_t now_ns() {
 // which hold the same keys). nullptr: the item is not OCDBT.
 class MergedKv final : public io::KvStore {
  public:
-  explicit MergedKv(std::vector<std::shared_ptr<const ocdbt::Database>> dbs, std::string name)
+  explicit MergedKv(std::vector<std::shared_ptr<const detail::ocdbt::Database>> dbs, std::string name)
       : dbs_(std::move(dbs)), name_(std::move(name)) {}
   std::optional<std::uint64_t> size(const std::string& key) const override {
     for (const auto& d : dbs_)
@@ -108,7 +108,7 @@ class MergedKv final : public io::KvStore {
   std::string describe() const override { return name_; }
 
  private:
-  std::vector<std::shared_ptr<const ocdbt::Database>> dbs_;
+  std::vector<std::shared_ptr<const detail::ocdbt::Database>> dbs_;
   std::string name_;
 };
 
@@ -116,38 +116,38 @@ class MergedKv final : public io::KvStore {
 inline std::vector<std::string> process_databases(const io::KvStore& item) {
   std::vector<std::string> out;
   for (const auto& n : item.children("", 100000)) {
-    if (n.rfind("ocdbt.process_", 0) == 0 && ocdbt::Database::is_database(item, n + "/")) out.push_back(n + "/");
+    if (n.rfind("ocdbt.process_", 0) == 0 && detail::ocdbt::Database::is_database(item, n + "/")) out.push_back(n + "/");
     if (out.size() > 65536) break;
   }
   return out;
 }
 
 inline bool is_ocdbt_item(const io::KvStore& item) {
-  return ocdbt::Database::is_database(item, "") || !process_databases(item).empty();
+  return detail::ocdbt::Database::is_database(item, "") || !process_databases(item).empty();
 }
 
 inline std::shared_ptr<const io::KvStore> open_ocdbt(const std::shared_ptr<const io::KvStore>& item, const std::string& ckpt) {
-  if (ocdbt::Database::is_database(*item, "")) return ocdbt::Database::open(item, "", ckpt);
-  std::vector<std::shared_ptr<const ocdbt::Database>> dbs;
-  for (const auto& p : process_databases(*item)) dbs.push_back(ocdbt::Database::open(item, p, ckpt));
+  if (detail::ocdbt::Database::is_database(*item, "")) return detail::ocdbt::Database::open(item, "", ckpt);
+  std::vector<std::shared_ptr<const detail::ocdbt::Database>> dbs;
+  for (const auto& p : process_databases(*item)) dbs.push_back(detail::ocdbt::Database::open(item, p, ckpt));
   if (dbs.empty()) return nullptr;
   if (dbs.size() == 1) return dbs[0];
   return std::make_shared<MergedKv>(std::move(dbs), item->describe());
 }
 
 // Adds the zarr array `name` of a key-value store (v2 `.zarray` or v3 `zarr.json`).
-inline bool add_kv_array(interop::IndexBuilder& b, const Path& p, const std::shared_ptr<const io::KvStore>& kv,
+inline bool add_kv_array(detail::interop::IndexBuilder& b, const Path& p, const std::shared_ptr<const io::KvStore>& kv,
                          const std::string& name) {
   const std::string ckpt = b.checkpoint();
   if (kv->contains(name + "/.zarray")) {
-    b.add_zarr(p, std::make_shared<const zarr::KvArrayV2>(zarr::KvArrayV2::open(kv, name, ckpt, p.str())));
+    b.add_zarr(p, std::make_shared<const detail::zarr::KvArrayV2>(detail::zarr::KvArrayV2::open(kv, name, ckpt, p.str())));
     return true;
   }
   if (kv->contains(name + "/zarr.json")) {
-    auto a = std::make_shared<zarr::v3::KvArray>(zarr::v3::KvArray::open(kv, name, ckpt, p.str()));
+    auto a = std::make_shared<detail::zarr::v3::KvArray>(detail::zarr::v3::KvArray::open(kv, name, ckpt, p.str()));
     b.add_loaded(p, a->meta.type, a->meta.shape, name, "ocdbt/zarr3",
-                 [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); },
-                 [a](const Shape& o, const Shape& n, std::span<std::byte> dst, const zarr::Fail& fail) { a->read_box(o, n, dst, fail); });
+                 [a](std::span<std::byte> dst, const detail::zarr::Fail& fail) { a->read(dst, fail); },
+                 [a](const Shape& o, const Shape& n, std::span<std::byte> dst, const detail::zarr::Fail& fail) { a->read_box(o, n, dst, fail); });
     return true;
   }
   return false;
@@ -155,9 +155,9 @@ inline bool add_kv_array(interop::IndexBuilder& b, const Path& p, const std::sha
 
 // The arrays of an OCDBT item whose _METADATA is gone: every `<name>/.zarray` or
 // `<name>/zarr.json` key, `name` split at '.' into the tree path (Orbax's own naming).
-inline void read_ocdbt_keys(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const Path& prefix) {
+inline void read_ocdbt_keys(detail::interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const Path& prefix) {
   std::set<std::string> names;
-  for (const auto& k : kv->list("", zarr::max_chunks)) {
+  for (const auto& k : kv->list("", detail::zarr::max_chunks)) {
     for (const char* suffix : {"/.zarray", "/zarr.json"}) {
       const std::string_view sv(suffix);
       if (k.size() > sv.size() && k.compare(k.size() - sv.size(), sv.size(), sv) == 0) names.insert(k.substr(0, k.size() - sv.size()));
@@ -179,7 +179,7 @@ inline void read_ocdbt_keys(interop::IndexBuilder& b, const std::shared_ptr<cons
 
 // A JSON item (JsonCheckpointHandler's `metadata`, v1 JsonHandler's `data.json`) as a
 // tree: objects and lists are nodes, strings, numbers and booleans leaves, null none.
-inline void add_json(interop::IndexBuilder& b, const Path& p, const json& j, int depth,
+inline void add_json(detail::interop::IndexBuilder& b, const Path& p, const json& j, int depth,
                      const std::shared_ptr<std::deque<std::array<std::byte, 8>>>& store) {
   if (depth > 64) throw CorruptCheckpointError(b.checkpoint(), p.str(), "JSON item nests too deep");
   auto scalar = [&](dtype t, auto v) {
@@ -216,7 +216,7 @@ inline const char* json_item_file(const io::KvStore& item) {
 
 // Reads the item whose store is `item` (a view of the checkpoint's store below the
 // item's directory) into b, under prefix.
-inline void read_item(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& item, const Path& prefix) {
+inline void read_item(detail::interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& item, const Path& prefix) {
   const std::string ckpt = b.checkpoint();
   const bool ocdbt_item = is_ocdbt_item(*item);
   if (!item->contains(tree_metadata)) {
@@ -230,7 +230,7 @@ inline void read_item(interop::IndexBuilder& b, const std::shared_ptr<const io::
       return;
     }
     if (const char* f = json_item_file(*item)) {
-      const json j = zarr::read_json(*item, f, ckpt, prefix.str());
+      const json j = detail::zarr::read_json(*item, f, ckpt, prefix.str());
       auto store = std::make_shared<std::deque<std::array<std::byte, 8>>>();
       b.keep(store);
       add_json(b, prefix, j, 0, store);
@@ -238,7 +238,7 @@ inline void read_item(interop::IndexBuilder& b, const std::shared_ptr<const io::
     }
     throw CorruptCheckpointError(ckpt, prefix.str(), "item directory " + item->describe() + " has no _METADATA");
   }
-  const json meta = zarr::read_json(*item, tree_metadata, ckpt, prefix.str());
+  const json meta = detail::zarr::read_json(*item, tree_metadata, ckpt, prefix.str());
   auto fail = [&](const std::string& path, const std::string& w) {  // path: a tree path, or a key of the file
     throw CorruptCheckpointError(ckpt, path.empty() ? prefix.str() : ckpt::detail::safe_text(path), "_METADATA: " + w);
   };
@@ -258,7 +258,7 @@ inline void read_item(interop::IndexBuilder& b, const std::shared_ptr<const io::
       const json vm = v.value("value_metadata", json::object());
       const std::string type = vm.is_object() && vm.contains("value_type") && vm["value_type"].is_string() ? vm["value_type"].get<std::string>() : "";
       const bool array = type == "jax.Array" || type == "np.ndarray" || type == "scalar";
-      if (array && (!zarr::safe_name(name) || !item->contains(name + "/.zarray"))) {
+      if (array && (!detail::zarr::safe_name(name) || !item->contains(name + "/.zarray"))) {
         detail::flax::read_msgpack_into(b, *item, "checkpoint", prefix, nullptr, detail::t5x::special(item));
         return;
       }
@@ -290,7 +290,7 @@ inline void read_item(interop::IndexBuilder& b, const std::shared_ptr<const io::
           throw CorruptCheckpointError(ckpt, where, "array " + name + " is missing from the OCDBT database (no " + name + "/.zarray or " + name + "/zarr.json key)");
         continue;
       }
-      if (!zarr::safe_name(name)) fail(where, "leaf name " + quote_for_message(name) + " leaves the item directory");
+      if (!detail::zarr::safe_name(name)) fail(where, "leaf name " + quote_for_message(name) + " leaves the item directory");
       bool there = false;
       try {
         there = item->contains(name + "/.zarray");
@@ -299,9 +299,9 @@ inline void read_item(interop::IndexBuilder& b, const std::shared_ptr<const io::
       if (!there)
         throw CorruptCheckpointError(ckpt, where, "array " + quote_for_message(name + "/.zarray") +
                                                       " is missing (or a symbolic link)");
-      b.add_zarr(p, std::make_shared<const zarr::KvArrayV2>(zarr::KvArrayV2::open(item, name, ckpt, where)));
+      b.add_zarr(p, std::make_shared<const detail::zarr::KvArrayV2>(detail::zarr::KvArrayV2::open(item, name, ckpt, where)));
     } else if (type == "string") {
-      if (!strings) strings = zarr::read_json(*item, strings_file, ckpt, where);
+      if (!strings) strings = detail::zarr::read_json(*item, strings_file, ckpt, where);
       if (!strings->is_object() || !strings->contains(name) || !(*strings)[name].is_string())
         fail(where, "string leaf is missing from _strings.json");
       b.add_string(p, (*strings)[name].get<std::string>());
@@ -320,8 +320,8 @@ enum class orbax_layout { ocdbt, directories };
 
 namespace detail::orbax {
 // Orbax's zarr v2 metadata inside OCDBT: compact JSON, fill_value null, "." separator.
-inline std::string zarray_text(const zarr::ArrayMeta& m) {
-  json j = zarr::zarray_json(m);
+inline std::string zarray_text(const detail::zarr::ArrayMeta& m) {
+  json j = detail::zarr::zarray_json(m);
   j["fill_value"] = nullptr;
   j["dimension_separator"] = ".";
   return j.dump();
@@ -329,15 +329,15 @@ inline std::string zarray_text(const zarr::ArrayMeta& m) {
 
 // Puts what this process writes of array `name` into the database: `.zarray` when
 // `metadata`, then the chunks in its regions, each compressed on its own.
-inline void put_array_part(ocdbt::Writer& w, const std::string& name, const zarr::ArrayMeta& m, const LeafBytes& src,
-                           std::span<const zarr::Region> regions, bool metadata,
+inline void put_array_part(detail::ocdbt::Writer& w, const std::string& name, const detail::zarr::ArrayMeta& m, const LeafBytes& src,
+                           std::span<const detail::zarr::Region> regions, bool metadata,
                            exec::ProgressTracker* progress = nullptr) {
   if (metadata) {
     const std::string zarray = zarray_text(m);
     w.put(name + "/.zarray", std::as_bytes(std::span(zarray)));
   }
-  for (const zarr::Region& r : regions)
-    zarr::encode_chunks(
+  for (const detail::zarr::Region& r : regions)
+    detail::zarr::encode_chunks(
         m, src, r, '.', [&](const std::string& key, std::span<const std::byte> bytes) { w.put(name + "/" + key, bytes); },
         progress);
 }
@@ -349,10 +349,10 @@ inline std::string process_database(int p) { return "ocdbt.process_" + std::to_s
 // a multi-process save: every key of every process, small values copied inline, large
 // ones referring to the process's data file (base path "ocdbt.process_<i>/").
 inline void merge_process_databases(const fs::path& item, int processes, const std::string& ckpt) {
-  ocdbt::Writer root(item);
+  detail::ocdbt::Writer root(item);
   for (int p = 0; p < processes; ++p) {
     const std::string sub = process_database(p) + "/";
-    const auto db = ocdbt::Database::open(item / sub, ckpt);
+    const auto db = detail::ocdbt::Database::open(item / sub, ckpt);
     for (const auto& [key, v] : db->values()) {
       if (v.file == SIZE_MAX) root.put(key, std::as_bytes(std::span(v.bytes)));
       else root.put_ref(key, sub + db->data_files()[v.file].path, sub.size(), v.offset, v.length);
@@ -378,7 +378,7 @@ struct basic_orbax {
   static constexpr bool writes_streams = true;
 
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt) {
-    write_any(s, dir, opt, zarr::WritePart{});
+    write_any(s, dir, opt, detail::zarr::WritePart{});
   }
 
   // What one process writes when several write the checkpoint (zarr/write_part.hpp):
@@ -387,7 +387,7 @@ struct basic_orbax {
   // each process writes its own database, ocdbt.process_<i>/, which merge_parts then
   // makes into the item's root database (as Orbax does).
   static void write_part(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt,
-                         const zarr::WritePart& part) {
+                         const detail::zarr::WritePart& part) {
     write_any(s, dir, opt, part);
   }
 
@@ -399,23 +399,23 @@ struct basic_orbax {
 
  private:
   static void write_any(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt,
-                        const zarr::WritePart& part) {
+                        const detail::zarr::WritePart& part) {
     namespace od = detail::orbax;
     constexpr bool use_ocdbt = Layout == orbax_layout::ocdbt;
     const std::string ckpt = dir.string();
     const auto item = dir / od::default_item;
     std::filesystem::create_directories(item);
-    zarr::json tree = zarr::json::object(), strings = zarr::json::object();
+    detail::zarr::json tree = detail::zarr::json::object(), strings = detail::zarr::json::object();
     std::set<std::string> names;
-    exec::ProgressTracker progress(opt.progress, zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
-    std::optional<ocdbt::Writer> db;
+    exec::ProgressTracker progress(opt.progress, detail::zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
+    std::optional<detail::ocdbt::Writer> db;
     // Each process its own database, merged into the root one afterwards (by merge_parts
     // after a multi-process save, below after a whole one): Orbax's layout, one process or many.
     if constexpr (use_ocdbt) db.emplace(item / od::process_database(part.process));
     for (std::size_t i = 0; i < s.leaves.size(); ++i) {
       const SnapshotLeaf& l = s.leaves[i];
       std::string name;
-      zarr::json keys = zarr::json::array();
+      detail::zarr::json keys = detail::zarr::json::array();
       for (const auto& seg : l.path.segments()) {
         name += (name.empty() ? "" : ".") + seg;
         keys.push_back({{"key", seg}, {"key_type", od::is_index(seg) ? 1 : 2}});
@@ -424,20 +424,20 @@ struct basic_orbax {
       if (!names.insert(name).second)
         throw Error(ckpt, l.path.str(), "two leaves map to the same Orbax name " + quote_for_message(name));
       std::string type;
-      zarr::json value_meta;
+      detail::zarr::json value_meta;
       if (l.data.type == dtype::string) {
         type = "string";
         strings[name] = std::string(reinterpret_cast<const char*>(l.data.view.data()), l.data.view.size());
       } else if (l.data.type == dtype::none) {
         type = "None";
       } else {
-        if (!zarr::safe_name(name) || name[0] == '_' || name[0] == '.' || name.rfind("ocdbt.process_", 0) == 0 || name == "d")
+        if (!detail::zarr::safe_name(name) || name[0] == '_' || name[0] == '.' || name.rfind("ocdbt.process_", 0) == 0 || name == "d")
           throw Error(ckpt, l.path.str(), "path cannot name an Orbax array directory");
-        type = zarr::array_shape(l).empty() ? "scalar" : "np.ndarray";
-        auto meta = zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
+        type = detail::zarr::array_shape(l).empty() ? "scalar" : "np.ndarray";
+        auto meta = detail::zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
         meta.min_saving_percent = MinSavingPercent;
         if constexpr (use_ocdbt) od::put_array_part(*db, name, meta, l.data, part.regions_of(i, meta), part.metadata, &progress);
-        else zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
+        else detail::zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
         // Orbax's write_shape: a shard's shape (rank 0's box of a Sharded leaf), else the whole
         value_meta["write_shape"] = l.data.shape;
       }
@@ -464,11 +464,11 @@ struct basic_orbax {
     const auto t = od::now_ns();
     od::write_json(dir / od::checkpoint_metadata,
                    {{"item_handlers", {{od::default_item, "orbax.checkpoint._src.handlers.pytree_checkpoint_handler.PyTreeCheckpointHandler"}}},
-                    {"metrics", zarr::json::object()},
-                    {"performance_metrics", zarr::json::object()},
+                    {"metrics", detail::zarr::json::object()},
+                    {"performance_metrics", detail::zarr::json::object()},
                     {"init_timestamp_nsecs", t},
                     {"commit_timestamp_nsecs", t},
-                    {"custom_metadata", zarr::json::object()}});
+                    {"custom_metadata", detail::zarr::json::object()}});
     const std::string ok = "Checkpoint commit was successful to " + ckpt;
     io::write_file_synced(dir / od::commit_file, std::as_bytes(std::span(ok)));
     progress.finish();
@@ -480,14 +480,14 @@ struct basic_orbax {
     if (kv.contains(od::tree_metadata) || kv.contains("orbax.checkpoint") || od::is_ocdbt_item(kv)) return true;
     // _CHECKPOINT_METADATA marks a manager's step, of Orbax's or of ckpt's: a t5x step
     // that a ckpt manager saved holds one too, beside t5x's own msgpack `checkpoint`
-    if (kv.contains(od::checkpoint_metadata) && !flax::looks_like_msgpack_map(kv, "checkpoint")) return true;
+    if (kv.contains(od::checkpoint_metadata) && !detail::flax::looks_like_msgpack_map(kv, "checkpoint")) return true;
     // a composite checkpoint without _CHECKPOINT_METADATA: some item directory is one
     int seen = 0;
     for (const auto& n : kv.children("", std::size_t{1} << 20)) {
       if (++seen >= 256) break;
       // numbered subdirectories are steps (a manager root), not items
       if (n.find_first_not_of("0123456789") == std::string::npos) continue;
-      if (kv.contains(n + "/" + od::tree_metadata) || ocdbt::Database::is_database(kv, n + "/")) return true;
+      if (kv.contains(n + "/" + od::tree_metadata) || detail::ocdbt::Database::is_database(kv, n + "/")) return true;
     }
     return false;
   }
@@ -499,7 +499,7 @@ struct basic_orbax {
 
   static std::shared_ptr<const Index> open_in(std::shared_ptr<const io::KvStore> kv, const std::string& ckpt) {
     namespace od = detail::orbax;
-    interop::IndexBuilder b(ckpt);
+    detail::interop::IndexBuilder b(ckpt);
     IndexInfo info;
     info.format = "orbax";
     if (kv->contains(od::tree_metadata) || od::is_ocdbt_item(*kv)) {
@@ -511,7 +511,7 @@ struct basic_orbax {
     std::optional<std::set<std::string>> named;
     if (kv->contains(od::checkpoint_metadata)) {
       try {
-        const zarr::json cm = zarr::read_json(*kv, od::checkpoint_metadata, ckpt, "");
+        const detail::zarr::json cm = detail::zarr::read_json(*kv, od::checkpoint_metadata, ckpt, "");
         if (cm.is_object() && cm.contains("item_handlers") && cm["item_handlers"].is_object()) {
           named.emplace();
           for (const auto& [k, v] : cm["item_handlers"].items()) named->insert(k);
@@ -539,7 +539,7 @@ struct basic_orbax {
     return b.build(std::move(info));
   }
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
-    if (!zarr::is_dir(dir)) throw Error(dir.string(), "", "no Orbax checkpoint here (not a directory)");
+    if (!detail::zarr::is_dir(dir)) throw Error(dir.string(), "", "no Orbax checkpoint here (not a directory)");
     return open_in(std::make_shared<io::DirectoryKv>(dir), dir.string());
   }
 };

@@ -85,7 +85,7 @@ inline std::optional<dtype> dtype_of(std::string_view s) {
 // "a.b.0.c" for the path [a, b, 0, c], and a.@value for "a" beside "a.b"
 // (format/interop/flat_names.hpp); a segment holding '.' has no name.
 inline std::string tensor_name(const Path& p, const std::string& checkpoint) {
-  return interop::flat_name_or_throw(p, '.', checkpoint, "safetensors");
+  return detail::interop::flat_name_or_throw(p, '.', checkpoint, "safetensors");
 }
 
 // A tensor name as messages show it (as a tree path): untrusted, so made printable and
@@ -404,7 +404,7 @@ inline ParsedFile parse_object(const std::shared_ptr<const io::KvStore>& kv, con
 }
 
 // paths: of every tensor name of the checkpoint (of all its files).
-inline void add_file(interop::IndexBuilder& b, const ParsedFile& f, const interop::FlatNames& paths,
+inline void add_file(detail::interop::IndexBuilder& b, const ParsedFile& f, const detail::interop::FlatNames& paths,
                      const std::string* expected_file = nullptr,
                      const std::map<std::string, std::string>* weight_map = nullptr) {
   if (f.map) b.keep(f.map);
@@ -422,7 +422,7 @@ inline void add_file(interop::IndexBuilder& b, const ParsedFile& f, const intero
       const std::string key = f.key;
       const std::uint64_t begin = t.begin;
       b.add_loaded(paths.path(t.name), t.type, t.shape, key, "none",
-                   [kv, key, begin](std::span<std::byte> dst, const zarr::Fail&) { kv->read(key, begin, dst); }, {},
+                   [kv, key, begin](std::span<std::byte> dst, const detail::zarr::Fail&) { kv->read(key, begin, dst); }, {},
                    [kv, key, begin](std::uint64_t at, std::span<std::byte> dst) { kv->read(key, begin + at, dst); });
       continue;
     }
@@ -468,10 +468,10 @@ std::shared_ptr<const Index> open_sharded_with(std::span<const std::byte> raw, c
     }
   }
   std::sort(files.begin(), files.end());
-  interop::IndexBuilder b(checkpoint);
+  detail::interop::IndexBuilder b(checkpoint);
   std::vector<std::string_view> names;  // a shard's tensors not in the weight_map are refused
   for (const auto& kv : weight_map) names.emplace_back(kv.first);
-  const interop::FlatNames paths(names, '.');
+  const detail::interop::FlatNames paths(names, '.');
   std::map<std::string, std::string> metadata;
   std::set<std::string> found;
   for (const auto& f : files) {
@@ -511,10 +511,10 @@ inline std::shared_ptr<const Index> open_store(const std::shared_ptr<const io::K
       return parse_object(kv, f, checkpoint);
     });
   const ParsedFile pf = parse_object(kv, single_file, checkpoint);
-  interop::IndexBuilder b(checkpoint);
+  detail::interop::IndexBuilder b(checkpoint);
   std::vector<std::string_view> names;
   for (const auto& t : pf.tensors) names.emplace_back(t.name);
-  add_file(b, pf, interop::FlatNames(names, '.'));
+  add_file(b, pf, detail::interop::FlatNames(names, '.'));
   return b.build(info_from(pf.metadata));
 }
 
@@ -534,11 +534,11 @@ inline bool looks_like_object(const io::KvStore& kv, const std::string& key) {
 
 inline std::shared_ptr<const Index> open_file(const fs::path& file, const std::string& checkpoint) {
   const ParsedFile pf = parse_file(file, checkpoint);
-  interop::IndexBuilder b(checkpoint);
+  detail::interop::IndexBuilder b(checkpoint);
   b.pieces_are_mapped();
   std::vector<std::string_view> names;
   for (const auto& t : pf.tensors) names.emplace_back(t.name);
-  add_file(b, pf, interop::FlatNames(names, '.'));
+  add_file(b, pf, detail::interop::FlatNames(names, '.'));
   return b.build(info_from(pf.metadata));
 }
 

@@ -30,7 +30,7 @@ namespace ckpt {
 
 namespace detail::t5x {
 namespace fs = std::filesystem;
-using zarr::json;
+using detail::zarr::json;
 
 inline constexpr std::uint64_t version = 3;
 inline constexpr std::string_view placeholder = "PLACEHOLDER://";
@@ -47,7 +47,7 @@ inline std::string checked_relative(std::string s, const std::string& checkpoint
   while (at <= s.size()) {
     const std::size_t slash = std::min(s.find('/', at), s.size());
     const std::string part = s.substr(at, slash - at);
-    if (!zarr::safe_name(part))
+    if (!detail::zarr::safe_name(part))
       throw CorruptCheckpointError(checkpoint, p.str(), "array path " + quote_for_message(s) +
                                                             " leaves the checkpoint directory");
     out += (out.empty() ? "" : "/") + part;
@@ -85,16 +85,16 @@ inline json to_json(const msgpack::object& o, int depth = 0) {
 
 // Opens the zarr array at rel (a '/'-separated path inside the checkpoint's store);
 // when it has no .zarray (t5x's own test data lacks them), the spec supplies the metadata.
-inline void add_array(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const std::string& rel,
+inline void add_array(detail::interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const std::string& rel,
                       const Path& p, const json* spec) {
   auto fail = [&](const std::string& w) { throw CorruptCheckpointError(b.checkpoint(), p.str(), w); };
   try {
     if (kv->contains(rel + "/.zarray")) {
-      b.add_zarr(p, std::make_shared<const zarr::KvArrayV2>(zarr::KvArrayV2::open(kv, rel, b.checkpoint(), p.str())));
+      b.add_zarr(p, std::make_shared<const detail::zarr::KvArrayV2>(detail::zarr::KvArrayV2::open(kv, rel, b.checkpoint(), p.str())));
       return;
     }
     if (!spec) fail("array " + quote_for_message(rel) + " has no .zarray");
-    if (kv->list(rel + "/", zarr::max_chunks + 16).empty())
+    if (kv->list(rel + "/", detail::zarr::max_chunks + 16).empty())
       fail("array directory " + quote_for_message(rel) + " is missing (or a symbolic link)");
   } catch (const CorruptCheckpointError&) {
     throw;
@@ -105,19 +105,19 @@ inline void add_array(interop::IndexBuilder& b, const std::shared_ptr<const io::
   z["zarr_format"] = 2;
   if (!z.contains("dtype")) {
     if (!spec->contains("dtype") || !(*spec)["dtype"].is_string()) fail("TensorStore spec has no dtype");
-    const auto d = zarr::dtype_from_numpy_name((*spec)["dtype"].get<std::string>());
+    const auto d = detail::zarr::dtype_from_numpy_name((*spec)["dtype"].get<std::string>());
     if (!d) fail("TensorStore dtype " + detail::describe((*spec)["dtype"]) + " is not supported");
-    z["dtype"] = zarr::typestr(*d);
+    z["dtype"] = detail::zarr::typestr(*d);
   }
   if (!z.contains("chunks") && z.contains("shape")) z["chunks"] = z["shape"];
   if (!z.contains("compressor")) z["compressor"] = nullptr;
   // (a 0-sized chunk dimension cannot be read; a shape of 0 gives chunks of 1)
-  b.add_zarr(p, std::make_shared<const zarr::KvArrayV2>(
-                    zarr::KvArrayV2::with_meta(kv, rel, zarr::parse_zarray(z, fail), b.checkpoint(), p.str())));
+  b.add_zarr(p, std::make_shared<const detail::zarr::KvArrayV2>(
+                    detail::zarr::KvArrayV2::with_meta(kv, rel, detail::zarr::parse_zarray(z, fail), b.checkpoint(), p.str())));
 }
 
-inline interop::SpecialLeaf special(std::shared_ptr<const io::KvStore> kv) {
-  return [kv](interop::IndexBuilder& b, const Path& p, const msgpack::object& o) -> bool {
+inline detail::interop::SpecialLeaf special(std::shared_ptr<const io::KvStore> kv) {
+  return [kv](detail::interop::IndexBuilder& b, const Path& p, const msgpack::object& o) -> bool {
     if (o.type == msgpack::type::STR) {
       const std::string_view s(o.via.str.ptr, o.via.str.size);
       if (s.substr(0, placeholder.size()) != placeholder) return false;
@@ -161,57 +161,57 @@ struct basic_t5x {
   static constexpr bool writes_streams = true;
 
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt) {
-    write_part(s, dir, opt, zarr::WritePart{});
+    write_part(s, dir, opt, detail::zarr::WritePart{});
   }
 
   // What one process writes when several write the checkpoint (zarr/write_part.hpp):
   // its regions of the arrays; the process with `part.metadata` the .zarray files and
   // the msgpack `checkpoint` (rank 0's scalars: every rank holds the same).
   static void write_part(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt,
-                         const zarr::WritePart& part) {
+                         const detail::zarr::WritePart& part) {
     const std::string ckpt = dir.string();
-    const interop::SnapNode root = interop::snapshot_tree(s, ckpt);
+    const detail::interop::SnapNode root = detail::interop::snapshot_tree(s, ckpt);
     std::set<std::string> names;
-    exec::ProgressTracker progress(opt.progress, zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
-    auto hook = [&](interop::PieceWriter& w, const SnapshotLeaf& l) -> bool {
-      if (!is_numeric(l.data.type) || zarr::array_shape(l).empty()) return false;  // scalars stay in msgpack, as in t5x
+    exec::ProgressTracker progress(opt.progress, detail::zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
+    auto hook = [&](detail::interop::PieceWriter& w, const SnapshotLeaf& l) -> bool {
+      if (!is_numeric(l.data.type) || detail::zarr::array_shape(l).empty()) return false;  // scalars stay in msgpack, as in t5x
       std::string name;
       for (const auto& seg : l.path.segments()) name += (name.empty() ? "" : ".") + seg;
-      if (!zarr::safe_name(name) || name[0] == '.')
+      if (!detail::zarr::safe_name(name) || name[0] == '.')
         throw Error(ckpt, l.path.str(), "path cannot name a t5x array directory");
       if (!names.insert(name).second)
         throw Error(ckpt, l.path.str(),
                     "two leaves map to the same t5x array directory " + quote_for_message(name));
       const auto i = static_cast<std::size_t>(&l - s.leaves.data());
-      const zarr::ArrayMeta m = zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
-      zarr::write_leaf_part(dir / name, m, part, i, l, &progress);
+      const detail::zarr::ArrayMeta m = detail::zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
+      detail::zarr::write_leaf_part(dir / name, m, part, i, l, &progress);
       progress.add(0, 1);
-      const zarr::json spec = {
+      const detail::zarr::json spec = {
           {"driver", "zarr"},
           {"dtype", std::string(dtype_name(l.data.type))},
           {"kvstore", {{"driver", "file"}, {"path", name + "/"}}},
-          {"metadata", {{"chunks", m.chunks}, {"compressor", zarr::compressor_json(m)}, {"shape", m.shape}}}};
+          {"metadata", {{"chunks", m.chunks}, {"compressor", detail::zarr::compressor_json(m)}, {"shape", m.shape}}}};
       w.json(spec);
       return true;
     };
-    interop::PieceWriter w;
+    detail::interop::PieceWriter w;
     w.pk().pack_map(2);
     w.str("version"); w.pk().pack(detail::t5x::version);
     w.str("optimizer");
     if (root.leaf == nullptr && root.children.empty()) w.pk().pack_map(0);
-    else interop::write_tree(w, root, ckpt, hook);
+    else detail::interop::write_tree(w, root, ckpt, hook);
     if (part.metadata) w.write_to(dir / "checkpoint");
     progress.finish();  // the scalars, in the msgpack file just written
   }
 
-  static bool detect_in(const io::KvStore& kv) { return flax::looks_like_msgpack_map(kv, "checkpoint"); }
+  static bool detect_in(const io::KvStore& kv) { return detail::flax::looks_like_msgpack_map(kv, "checkpoint"); }
   static bool detect(const std::filesystem::path& dir) { return detect_in(io::DirectoryKv(dir)); }
 
   // t5x writes `checkpoint` last, after every array: its presence means the step is whole.
   static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
 
   static std::shared_ptr<const Index> open_in(std::shared_ptr<const io::KvStore> kv, const std::string& checkpoint) {
-    return flax::open_msgpack(kv, "checkpoint", checkpoint, "t5x", detail::t5x::special(kv), true);
+    return detail::flax::open_msgpack(kv, "checkpoint", checkpoint, "t5x", detail::t5x::special(kv), true);
   }
   static std::shared_ptr<const Index> open(const std::filesystem::path& dir) {
     std::error_code ec;

@@ -24,7 +24,7 @@
 
 namespace ckpt {
 
-namespace zarr {
+namespace detail::zarr {
 
 inline constexpr int max_depth = 64;
 inline constexpr std::size_t max_nodes = std::size_t{1} << 20;
@@ -44,13 +44,13 @@ inline bool is_dir(const fs::path& p) {  // a real directory, not a symlink to o
 }
 
 // The array `name` of a store (".zarray" under it) as a leaf at p.
-inline void add_array(interop::IndexBuilder& b, const Path& p, const std::shared_ptr<const io::KvStore>& kv,
+inline void add_array(detail::interop::IndexBuilder& b, const Path& p, const std::shared_ptr<const io::KvStore>& kv,
                       const std::string& name) {
   b.add_zarr(p, std::make_shared<const KvArrayV2>(KvArrayV2::open(kv, name, b.checkpoint(), p.empty() ? "<root>" : p.str())));
 }
 
 // Adds every array under group `rel` ("" for the root; path p) of the store to b.
-inline void read_group(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const std::string& rel,
+inline void read_group(detail::interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const std::string& rel,
                        Path& p, int depth, std::size_t& nodes) {
   if (depth > max_depth) throw CorruptCheckpointError(b.checkpoint(), p.str(), "groups nest too deep");
   std::vector<std::string> names;
@@ -86,7 +86,7 @@ inline void write_leaf(const fs::path& dir, const SnapshotLeaf& l, io::codec c, 
   if (progress) progress->add(0, 1);
 }
 
-inline void write_node(const fs::path& dir, const interop::SnapNode& n, io::codec c, int level,
+inline void write_node(const fs::path& dir, const detail::interop::SnapNode& n, io::codec c, int level,
                        const std::string& checkpoint, const Path& p, std::uint64_t max_memory,
                        exec::ProgressTracker* progress = nullptr) {
   if (n.leaf && n.leaf->data.type != dtype::none) {
@@ -103,7 +103,7 @@ inline void write_node(const fs::path& dir, const interop::SnapNode& n, io::code
   }
 }
 
-}  // namespace zarr
+}  // namespace detail::zarr
 
 template <io::codec C = io::codec::zstd, int Level = 1>
 struct basic_zarr_v2 {
@@ -112,14 +112,14 @@ struct basic_zarr_v2 {
   // chunks sized to SaveOptions::max_memory.
   static constexpr bool writes_streams = true;
   static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt) {
-    const interop::SnapNode root = interop::snapshot_tree(s, dir.string());
+    const detail::interop::SnapNode root = detail::interop::snapshot_tree(s, dir.string());
     exec::ProgressTracker progress(opt.progress, s.total_bytes(), s.leaves.size(), dir.string());  // chunk by chunk
-    zarr::write_zgroup(dir);
+    detail::zarr::write_zgroup(dir);
     if (root.leaf) throw Error(dir.string(), "", "a single-leaf value cannot be a zarr group; wrap it in a struct");
     for (const auto& [k, child] : root.children) {
-      if (!zarr::safe_name(k) || k[0] == '.')
+      if (!detail::zarr::safe_name(k) || k[0] == '.')
         throw Error(dir.string(), k, "key cannot be a zarr directory name");
-      zarr::write_node(dir / k, *child, C, Level, dir.string(), Path({k}), opt.max_memory, &progress);
+      detail::zarr::write_node(dir / k, *child, C, Level, dir.string(), Path({k}), opt.max_memory, &progress);
     }
     progress.finish();  // the empty nodes (None), which write no array
   }
@@ -129,13 +129,13 @@ struct basic_zarr_v2 {
   static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
 
   static std::shared_ptr<const Index> open_in(std::shared_ptr<const io::KvStore> kv, const std::string& ckpt) {
-    interop::IndexBuilder b(ckpt);
+    detail::interop::IndexBuilder b(ckpt);
     Path p;
     if (kv->contains(".zarray")) {
-      zarr::add_array(b, p, kv, "");
+      detail::zarr::add_array(b, p, kv, "");
     } else if (kv->contains(".zgroup")) {
       std::size_t nodes = 0;
-      zarr::read_group(b, kv, "", p, 0, nodes);
+      detail::zarr::read_group(b, kv, "", p, 0, nodes);
     } else {
       throw Error(ckpt, "", "not a zarr array or group (no .zarray or .zgroup)");
     }

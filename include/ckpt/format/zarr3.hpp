@@ -25,25 +25,25 @@ namespace fs = std::filesystem;
 
 // The node_type of the zarr.json under prefix rel ("" for the root).
 inline std::string node_type(const io::KvStore& kv, const std::string& rel, const std::string& ckpt, const std::string& path) {
-  const zarr::json j = zarr::read_json(kv, rel.empty() ? "zarr.json" : rel + "/zarr.json", ckpt, path);
+  const detail::zarr::json j = detail::zarr::read_json(kv, rel.empty() ? "zarr.json" : rel + "/zarr.json", ckpt, path);
   if (!j.is_object() || !j.contains("zarr_format") || j["zarr_format"] != 3 || !j.contains("node_type") || !j["node_type"].is_string())
     throw CorruptCheckpointError(ckpt, path, "zarr.json is not zarr v3 metadata");
   return j["node_type"].get<std::string>();
 }
 
-inline void add_array(interop::IndexBuilder& b, const Path& p, const std::shared_ptr<const io::KvStore>& kv, const std::string& name) {
-  auto a = std::make_shared<zarr::v3::KvArray>(zarr::v3::KvArray::open(kv, name, b.checkpoint(), p.str()));
+inline void add_array(detail::interop::IndexBuilder& b, const Path& p, const std::shared_ptr<const io::KvStore>& kv, const std::string& name) {
+  auto a = std::make_shared<detail::zarr::v3::KvArray>(detail::zarr::v3::KvArray::open(kv, name, b.checkpoint(), p.str()));
   b.add_loaded(p, a->meta.type, a->meta.shape, name.empty() ? "." : name, "zarr3",
-               [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); },
-                 [a](const Shape& o, const Shape& n, std::span<std::byte> dst, const zarr::Fail& fail) { a->read_box(o, n, dst, fail); });
+               [a](std::span<std::byte> dst, const detail::zarr::Fail& fail) { a->read(dst, fail); },
+                 [a](const Shape& o, const Shape& n, std::span<std::byte> dst, const detail::zarr::Fail& fail) { a->read_box(o, n, dst, fail); });
 }
 
-inline void read_group(interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const std::string& rel,
+inline void read_group(detail::interop::IndexBuilder& b, const std::shared_ptr<const io::KvStore>& kv, const std::string& rel,
                        Path& p, int depth, std::size_t& nodes) {
-  if (depth > zarr::max_depth) throw CorruptCheckpointError(b.checkpoint(), p.str(), "groups nest too deep");
+  if (depth > detail::zarr::max_depth) throw CorruptCheckpointError(b.checkpoint(), p.str(), "groups nest too deep");
   std::vector<std::string> names;
-  for (auto& n : kv->children(rel.empty() ? "" : rel + "/", zarr::max_nodes)) {
-    if (++nodes > zarr::max_nodes) throw CorruptCheckpointError(b.checkpoint(), p.str(), "too many files");
+  for (auto& n : kv->children(rel.empty() ? "" : rel + "/", detail::zarr::max_nodes)) {
+    if (++nodes > detail::zarr::max_nodes) throw CorruptCheckpointError(b.checkpoint(), p.str(), "too many files");
     if (n.empty() || n[0] == '.' || !kv->contains((rel.empty() ? n : rel + "/" + n) + "/zarr.json")) continue;
     names.push_back(std::move(n));
   }
@@ -66,7 +66,7 @@ struct zarr_v3 {
   static bool detect_in(const io::KvStore& kv) {
     if (!kv.contains("zarr.json")) return false;
     try {
-      const auto j = zarr::read_json(kv, "zarr.json", kv.describe(), "");
+      const auto j = detail::zarr::read_json(kv, "zarr.json", kv.describe(), "");
       return j.is_object() && j.contains("zarr_format") && j["zarr_format"] == 3;
     } catch (const Error&) {
       return false;
@@ -76,7 +76,7 @@ struct zarr_v3 {
   static bool is_committed(const std::filesystem::path& dir) { return detect(dir); }
 
   static std::shared_ptr<const Index> open_in(std::shared_ptr<const io::KvStore> kv, const std::string& ckpt) {
-    interop::IndexBuilder b(ckpt);
+    detail::interop::IndexBuilder b(ckpt);
     Path p;
     const std::string t = detail::zarr3::node_type(*kv, "", ckpt, "");
     if (t == "array") {

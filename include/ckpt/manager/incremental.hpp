@@ -90,7 +90,7 @@ inline std::map<std::string, BaseLeaf> linkable_leaves(const fs::path& base) {
   if (base.empty()) return out;
   std::shared_ptr<const Index> index;
   try {
-    index = native_format::open(base);
+    index = detail::native::open(base);
   } catch (const Error&) {
     return out;  // no usable previous step: everything is written
   }
@@ -119,7 +119,7 @@ inline std::map<std::string, BaseLeaf> linkable_leaves(const fs::path& base) {
 // caller hashes the rest, if any, while it writes.
 inline bool same_as_base(std::span<const std::byte> bytes, dtype type, const Shape& shape, const BaseLeaf& b,
                          std::vector<std::uint64_t>& chunks) {
-  constexpr std::uint64_t chunk = native_format::checksum_chunk_bytes;
+  constexpr std::uint64_t chunk = detail::native::checksum_chunk_bytes;
   const std::size_t nchunks = static_cast<std::size_t>((bytes.size() + chunk - 1) / chunk);
   if (b.type != type || b.shape != shape || b.length != bytes.size() ||
       !(nchunks > 1 ? b.chunk_bytes == chunk && b.chunks.size() == nchunks : b.chunks.empty()))
@@ -160,7 +160,7 @@ inline io::File write_own_file(const fs::path& file, std::span<const std::byte> 
 // Writes snap into the staging directory `dir` as a native checkpoint, linking the
 // unchanged own-file leaves of `base` (the previous step's directory; empty: none).
 inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOptions& opt, const fs::path& base) {
-  using namespace native_format;
+  using namespace ckpt::detail::native;
   WriteResult result;
   result.bytes_total = snap.total_bytes();
   exec::ProgressTracker progress(opt.progress, result.bytes_total, snap.leaves.size(), dir.string());
@@ -297,7 +297,7 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
   }
   for (std::size_t i : shared) result.bytes_written += entries[i].length;
 
-  detail::native::box_sharded_entries(dir.string(), snap, entries);  // Sharded leaves, as native_format::write
+  detail::native::box_sharded_entries(dir.string(), snap, entries);  // Sharded leaves, as detail::native::write
   IndexInfo info;
   info.type_name = snap.type_name;
   info.schema = snap.schema;

@@ -146,7 +146,7 @@ void restore_collective(const Comm& comm, const std::filesystem::path& dir, T& t
   std::shared_ptr<const Index> index;
   comm.run(name, [&] {
     index = open_index(dir);
-    if (as_rank >= 0 && index->info().format != native_format::format_name && comm.size() > 1) {
+    if (as_rank >= 0 && index->info().format != ckpt::detail::native::format_name && comm.size() > 1) {
       CountSharded c;
       Path p;
       walk(target, p, c);

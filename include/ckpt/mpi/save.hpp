@@ -81,7 +81,7 @@ struct Plan {
   std::vector<std::vector<Job>> jobs;  // per rank, in file order
 };
 
-inline std::string rank_file(int rank) { return native_format::data_file_name(static_cast<std::size_t>(rank)); }
+inline std::string rank_file(int rank) { return ckpt::detail::native::data_file_name(static_cast<std::size_t>(rank)); }
 
 // Replicated arrays at least this large are split by rows over the ranks.
 inline constexpr std::uint64_t spread_threshold = std::uint64_t{1} << 20;
@@ -102,10 +102,10 @@ inline Plan make_plan(const std::string& dir, const std::vector<std::vector<Leaf
   auto assign = [&](int r, Job j, IndexEntry& at) {
     const auto rr = static_cast<std::size_t>(r);
     const std::uint64_t aligned =
-        (j.length + native_format::alignment - 1) / native_format::alignment * native_format::alignment;
+        (j.length + ckpt::detail::native::alignment - 1) / ckpt::detail::native::alignment * ckpt::detail::native::alignment;
     load[rr] += aligned;
-    if (own_files && j.length > native_format::checksum_chunk_bytes && own < ckpt::detail::incremental::max_own_files) {
-      j.file = native_format::data_file_name(static_cast<std::size_t>(P) + own++);
+    if (own_files && j.length > ckpt::detail::native::checksum_chunk_bytes && own < ckpt::detail::incremental::max_own_files) {
+      j.file = ckpt::detail::native::data_file_name(static_cast<std::size_t>(P) + own++);
       j.offset = 0;
     } else {
       j.file = rank_file(r);
@@ -276,7 +276,7 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
       progress.add(0, 1);
       if (j.box >= 0) hash_tiles(k);
     }
-    entries[k].checksum = native_format::chunk_list_xxh3(chunks);  // longer than one chunk
+    entries[k].checksum = ckpt::detail::native::chunk_list_xxh3(chunks);  // longer than one chunk
     entries[k].chunk_xxh3 = std::move(chunks);
   }
   for (auto& [f, path] : unsynced) f.sync(path);
@@ -378,7 +378,7 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
           e.checksum = v[at++];
           const auto n = static_cast<std::size_t>(v[at++]);
           if (n > 0) {  // chunk checksums (format version 2)
-            e.chunk_bytes = native_format::checksum_chunk_bytes;
+            e.chunk_bytes = ckpt::detail::native::checksum_chunk_bytes;
             e.chunk_xxh3.assign(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + n));
           }
           at += n;
@@ -405,11 +405,11 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
     info.schema = snap.schema;
     info.fingerprint = snap.fingerprint;
     info.processes = static_cast<std::uint64_t>(comm.size());
-    ckpt::storage::detail::FileWriter manifest(tmp / native_format::manifest_file, ckpt::storage::Publish::in_place);
-    const native_format::CommitRecord record = native_format::write_manifest(manifest, info, plan.entries);
+    ckpt::storage::detail::FileWriter manifest(tmp / ckpt::detail::native::manifest_file, ckpt::storage::Publish::in_place);
+    const ckpt::detail::native::CommitRecord record = ckpt::detail::native::write_manifest(manifest, info, plan.entries);
     manifest.close();
-    const std::string commit = native_format::encode_commit(record);
-    io::write_file_synced(tmp / native_format::commit_file, std::as_bytes(std::span(commit)));
+    const std::string commit = ckpt::detail::native::encode_commit(record);
+    io::write_file_synced(tmp / ckpt::detail::native::commit_file, std::as_bytes(std::span(commit)));
     if (before_commit) before_commit(tmp);
     staging->commit(opts.force);
   });
@@ -423,7 +423,7 @@ template <class Format>
 void save_zarr_parts(const Comm& comm, const fs::path& dir, const Snapshot& snap, const SaveOptions& opts,
                      const BeforeCommit& before_commit = nullptr, const BeforeCommit& in_staging = nullptr) {
   const std::string name = dir.string();
-  const zarr::WritePart part = plan_zarr_part(name, describe_all(comm, name, snap), comm.rank(), opts.max_memory);
+  const ckpt::detail::zarr::WritePart part = plan_zarr_part(name, describe_all(comm, name, snap), comm.rank(), opts.max_memory);
   std::optional<io::StagingDir> staging;
   const fs::path tmp = make_staging(comm, dir, opts, staging);
   comm.run(name, [&] {
@@ -443,7 +443,7 @@ void save_zarr_parts(const Comm& comm, const fs::path& dir, const Snapshot& snap
 
 // A format whose ranks can each write part of one checkpoint (format/zarr/write_part.hpp).
 template <class F>
-concept writes_parts = requires(const Snapshot& s, const fs::path& d, const SaveOptions& o, const zarr::WritePart& p) {
+concept writes_parts = requires(const Snapshot& s, const fs::path& d, const SaveOptions& o, const ckpt::detail::zarr::WritePart& p) {
   F::write_part(s, d, o, p);
 };
 

@@ -8,7 +8,7 @@
 //     follows the shards), cut smaller (by divisors) until a chunk is within 64 MiB or a
 //     quarter of SaveOptions::max_memory. Each distinct box is written by the least
 //     loaded rank holding it (replicas are written once);
-//   - a leaf every rank holds is chunked as one process would (zarr::meta_for), and
+//   - a leaf every rank holds is chunked as one process would (ckpt::detail::zarr::meta_for), and
 //     each chunk written by the least loaded rank (t5x: a partition held by several
 //     hosts is further sharded across them); a 0-d array by rank 0.
 // zarr stores each element once, so the boxes of a Sharded leaf must tile its array:
@@ -102,7 +102,7 @@ inline Shape shard_chunks(const std::string& dir, const std::string& path, dtype
     }
     c[k] = std::max<std::int64_t>(g == 0 ? global[k] : g, 1);
   }
-  const std::uint64_t target = zarr::chunk_target(max_memory);
+  const std::uint64_t target = ckpt::detail::zarr::chunk_target(max_memory);
   for (std::size_t k = 0; k < rank; ++k) {  // smaller, first dimension first, keeping the grid
     std::uint64_t bytes = dtype_size(type);
     for (auto x : c) bytes *= static_cast<std::uint64_t>(x);
@@ -122,12 +122,12 @@ inline Shape shard_chunks(const std::string& dir, const std::string& path, dtype
 
 // What `rank` writes of a zarr-based checkpoint of these leaves (see the top of this file).
 // The same plan on every rank; throws the same error on every rank.
-inline zarr::WritePart plan_zarr_part(const std::string& dir, const std::vector<std::vector<LeafDesc>>& all, int rank,
+inline ckpt::detail::zarr::WritePart plan_zarr_part(const std::string& dir, const std::vector<std::vector<LeafDesc>>& all, int rank,
                                       std::uint64_t max_memory) {
   check_same_tree(dir, all);
   const int P = static_cast<int>(all.size());
   const auto& first = all[0];
-  zarr::WritePart part;
+  ckpt::detail::zarr::WritePart part;
   part.planned = true;
   part.metadata = rank == 0;
   part.process = rank;
@@ -161,8 +161,8 @@ inline zarr::WritePart plan_zarr_part(const std::string& dir, const std::vector<
       if (rank == 0) mine.push_back({{}, {}, 0});
       load[0] += es;
     } else {
-      const zarr::ArrayMeta m = zarr::meta_for(d0.type, d0.shape, io::codec::none, 0, zarr::chunk_target(max_memory));
-      zarr::check_chunk_budget(m, max_memory, dir, d0.path);
+      const ckpt::detail::zarr::ArrayMeta m = ckpt::detail::zarr::meta_for(d0.type, d0.shape, io::codec::none, 0, ckpt::detail::zarr::chunk_target(max_memory));
+      ckpt::detail::zarr::check_chunk_budget(m, max_memory, dir, d0.path);
       part.chunks[i] = m.chunks;
       const std::int64_t rows = d0.shape[0], per = m.chunks[0];
       const std::uint64_t row_bytes = rows == 0 ? 0 : d0.length / static_cast<std::uint64_t>(rows);
@@ -171,7 +171,7 @@ inline zarr::WritePart plan_zarr_part(const std::string& dir, const std::vector<
         const int w = least_loaded(everyone);
         load[static_cast<std::size_t>(w)] += static_cast<std::uint64_t>(n) * row_bytes;
         if (w != rank) continue;
-        zarr::Region r{Shape(d0.shape.size(), 0), d0.shape, static_cast<std::uint64_t>(at) * row_bytes};
+        ckpt::detail::zarr::Region r{Shape(d0.shape.size(), 0), d0.shape, static_cast<std::uint64_t>(at) * row_bytes};
         r.origin[0] = at;
         r.shape[0] = n;
         mine.push_back(std::move(r));

@@ -35,7 +35,7 @@ namespace ckpt::tensorboard {
 namespace fs = std::filesystem;
 
 namespace detail {
-using tf::proto::WireReader;
+using ckpt::detail::tf::proto::WireReader;
 
 inline double fixed_double(std::span<const std::byte> b) {
   std::uint64_t v = 0;

@@ -30,7 +30,7 @@
 #include <ckpt/error.hpp>
 #include <ckpt/tree/path.hpp>
 
-namespace ckpt::interop {
+namespace ckpt::detail::interop {
 
 // Where the value of a name that is also a prefix of other names goes.
 inline constexpr std::string_view value_segment = "@value";
@@ -118,4 +118,4 @@ inline std::string flat_name_or_throw(const Path& p, char sep, const std::string
   return *name;
 }
 
-}  // namespace ckpt::interop
+}  // namespace ckpt::detail::interop

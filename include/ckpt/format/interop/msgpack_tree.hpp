@@ -27,7 +27,7 @@
 #include <ckpt/io/kvstore.hpp>
 #include <ckpt/io/file.hpp>
 
-namespace ckpt::interop {
+namespace ckpt::detail::interop {
 
 inline constexpr std::uint64_t flax_chunk_bytes = std::uint64_t{1} << 30;  // flax MAX_CHUNK_SIZE
 inline constexpr const char* chunked_key = "__msgpack_chunked_array__";
@@ -142,7 +142,7 @@ class MsgpackTreeReader {
     const auto& dt = a.via.array.ptr[1];
     if (dt.type != msgpack::type::STR) fail(p, "ndarray dtype is not a string");
     const std::string name(dt.via.str.ptr, dt.via.str.size);
-    const auto d = zarr::dtype_from_numpy_name(name);
+    const auto d = detail::zarr::dtype_from_numpy_name(name);
     if (!d) fail(p, "numpy dtype " + quote_for_message(name) + " is not supported");
     r.type = *d;
     const auto& b = a.via.array.ptr[2];
@@ -412,4 +412,4 @@ inline const msgpack::object& load_msgpack_file(const fs::path& file, MsgpackKee
   return parse_kept(keep, checkpoint, context);
 }
 
-}  // namespace ckpt::interop
+}  // namespace ckpt::detail::interop

@@ -25,7 +25,7 @@
 #include <ckpt/index.hpp>
 #include <ckpt/snapshot.hpp>
 
-namespace ckpt::interop {
+namespace ckpt::detail::interop {
 
 namespace fs = std::filesystem;
 
@@ -104,7 +104,7 @@ class Reader final : public IndexReader {
       at += p.size();
     }
     if (at != dst.size()) fail("stored bytes fall short of the leaf's size");
-    if (s.swap) zarr::byteswap(dst, dtype_size(e.type), e.type);
+    if (s.swap) detail::zarr::byteswap(dst, dtype_size(e.type), e.type);
   }
 
  private:
@@ -169,11 +169,11 @@ class IndexBuilder {
   void keep(std::shared_ptr<const void> k) { keep_.push_back(std::move(k)); }
 
   // A zarr v2 array of a key-value store: only the chunks a read meets are fetched.
-  void add_zarr(Path p, std::shared_ptr<const zarr::KvArrayV2> a, std::string_view codec = {}) {
+  void add_zarr(Path p, std::shared_ptr<const detail::zarr::KvArrayV2> a, std::string_view codec = {}) {
     add_loaded(std::move(p), a->meta.type, a->meta.shape, a->name,
                codec.empty() ? io::codec_name(a->meta.compressor) : codec,
-               [a](std::span<std::byte> dst, const zarr::Fail& fail) { a->read(dst, fail); },
-               [a](const Shape& o, const Shape& n, std::span<std::byte> dst, const zarr::Fail& fail) {
+               [a](std::span<std::byte> dst, const detail::zarr::Fail& fail) { a->read(dst, fail); },
+               [a](const Shape& o, const Shape& n, std::span<std::byte> dst, const detail::zarr::Fail& fail) {
                  a->read_box(o, n, dst, fail);
                });
   }
@@ -260,4 +260,4 @@ inline SnapNode snapshot_tree(const Snapshot& snap, const std::string& checkpoin
   return root;
 }
 
-}  // namespace ckpt::interop
+}  // namespace ckpt::detail::interop

@@ -33,7 +33,7 @@
 
 #include <ckpt/index.hpp>
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 inline constexpr std::size_t record_bytes = 40;
 // Where each field lies in a record (the layout above), for the writer and the reader.
@@ -210,4 +210,4 @@ struct LeafRecords {
   }
 };
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native

@@ -28,7 +28,7 @@
 #include <ckpt/format/native/reader.hpp>
 #include <ckpt/tree/path_order.hpp>
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 struct TableLeaf {
   static constexpr std::uint32_t no_entry = ~std::uint32_t{0};
@@ -342,4 +342,4 @@ class LeafTable {
   detail::PathOrder order_;
 };
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native

@@ -24,7 +24,7 @@
 #include <ckpt/format/registry.hpp>
 #include <ckpt/restore/table_fill.hpp>
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 // A restore's fill from a LeafTable (restore/table_fill.hpp). The side index's leaves
 // go through IndexLeafSource and a ReadQueue, as in any restore. The table's own leaves
@@ -280,7 +280,7 @@ CKPT_API void NativeTableFill::finish() {
 }
 #endif
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native
 
 namespace ckpt::detail {
 #if CKPT_DEFINE_API
@@ -289,10 +289,10 @@ CKPT_API std::unique_ptr<TableFill> table_fill(const std::filesystem::path& dir,
   if (opts.transform || opts.progress || opts.max_memory != 0 || storage::find_url_scheme(dir)) return nullptr;
   const FormatEntry* format = detect_format_entry(dir);
   if (!format || format->name != "native") return nullptr;
-  auto table = std::make_unique<native_format::LeafTable>(dir);
+  auto table = std::make_unique<detail::native::LeafTable>(dir);
   Path start = Path::parse(opts.subtree);
   if (!start.empty() && !table->has_subtree(start)) throw MissingLeafError(table->checkpoint(), {start.str()});
-  return std::make_unique<native_format::NativeTableFill>(
+  return std::make_unique<detail::native::NativeTableFill>(
       std::move(table), ReadSettings{check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype}, opts.allow_missing,
       opts.partial, std::move(start));
 }

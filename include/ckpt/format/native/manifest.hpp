@@ -37,7 +37,7 @@
 #include <ckpt/storage/storage.hpp>
 #include <ckpt/version.hpp>
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 inline constexpr const char* format_name = "ckpt-native";
 // 1: every leaf stored whole, one checksum each. 2: some leaves stored as boxes
@@ -684,4 +684,4 @@ inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std:
   return entries;
 }
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native

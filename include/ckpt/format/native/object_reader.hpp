@@ -21,7 +21,7 @@
 #include <ckpt/index/verifier.hpp>
 #include <ckpt/storage/storage.hpp>
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 class ObjectReader final : public IndexReader {
   // Against the leaf's xxh3, or its chunks' (format v2).
@@ -121,4 +121,4 @@ class ObjectReader final : public IndexReader {
   storage::Location loc_;
 };
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native

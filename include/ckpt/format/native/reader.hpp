@@ -39,7 +39,7 @@
 #include <ckpt/storage/posix.hpp>
 #include <ckpt/storage/storage.hpp>
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 namespace fs = std::filesystem;
 
@@ -597,4 +597,4 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
   return open(storage::directory_location(dir));
 }
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native

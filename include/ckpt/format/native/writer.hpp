@@ -30,7 +30,7 @@
 #include <ckpt/storage/storage.hpp>
 
 namespace ckpt::detail::native {
-using namespace ckpt::native_format;  // the format's names (alignment, data_file_name, ...)
+using namespace ckpt::detail::native;  // the format's names (alignment, data_file_name, ...)
 inline const std::byte* zero_page() {
   alignas(4096) static const std::byte zeros[alignment] = {};
   return zeros;
@@ -219,7 +219,7 @@ inline void write_data_file(const std::filesystem::path& file, const Snapshot& s
 }
 }  // namespace ckpt::detail::native
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 // Writes the checkpoint under loc (an empty staging directory, or an object-store
 // prefix with nothing under it); the caller publishes it.
@@ -285,4 +285,4 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
   write(snap, storage::directory_location(dir, storage::Publish::in_place), opt);
 }
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native

@@ -20,7 +20,7 @@
 #include <ckpt/error.hpp>
 #include <ckpt/io/crc32c.hpp>
 
-namespace ckpt::ocdbt {
+namespace ckpt::detail::ocdbt {
 
 inline constexpr std::uint32_t manifest_magic = 0x0cdb3a2a;
 inline constexpr std::uint32_t btree_magic = 0x0cdb20de;
@@ -274,4 +274,4 @@ inline void write_data_file_table(std::vector<std::byte>& out, const std::vector
   write_data_file_table(out, files);
 }
 
-}  // namespace ckpt::ocdbt
+}  // namespace ckpt::detail::ocdbt

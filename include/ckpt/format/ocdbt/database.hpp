@@ -32,7 +32,7 @@
 #include <ckpt/io/file.hpp>
 #include <ckpt/io/kvstore.hpp>
 
-namespace ckpt::ocdbt {
+namespace ckpt::detail::ocdbt {
 
 namespace fs = std::filesystem;
 
@@ -384,4 +384,4 @@ class Database final : public io::KvStore {
   std::size_t nodes_read_ = 0;
 };
 
-}  // namespace ckpt::ocdbt
+}  // namespace ckpt::detail::ocdbt

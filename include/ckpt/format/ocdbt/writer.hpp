@@ -19,7 +19,7 @@
 #include <ckpt/format/ocdbt/database.hpp>
 #include <ckpt/io/file.hpp>
 
-namespace ckpt::ocdbt {
+namespace ckpt::detail::ocdbt {
 
 struct WriterOptions {
   // Orbax's settings (the fixtures' manifests): 1 KiB inline, 100 MB decoded nodes,
@@ -317,4 +317,4 @@ class Writer {
   std::vector<Entry> entries_;
 };
 
-}  // namespace ckpt::ocdbt
+}  // namespace ckpt::detail::ocdbt

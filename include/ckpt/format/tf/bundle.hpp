@@ -37,7 +37,7 @@
 #include <ckpt/io/crc32c.hpp>
 #include <ckpt/io/file.hpp>
 
-namespace ckpt::tf {
+namespace ckpt::detail::tf {
 
 namespace fs = std::filesystem;
 
@@ -50,7 +50,7 @@ inline std::optional<dtype> dtype_of(int code) {
   return std::nullopt;
 }
 
-}  // namespace ckpt::tf
+}  // namespace ckpt::detail::tf
 
 // The bundle reader's internals.
 namespace ckpt::detail::tf_bundle {
@@ -113,7 +113,7 @@ inline void write_signed(std::string& out, std::int64_t v) {
 }
 }  // namespace ordered_code
 
-inline std::string slice_key(std::string_view name, const std::vector<tf::proto::SliceExtent>& slice) {
+inline std::string slice_key(std::string_view name, const std::vector<detail::tf::proto::SliceExtent>& slice) {
   std::string k;
   ordered_code::write_num(k, 0);
   ordered_code::write_string(k, name);
@@ -186,7 +186,7 @@ class BundleReader final : public IndexReader {
 template <class Fail>
 std::pair<std::vector<std::string>, bool> decode_strings(std::span<const std::byte> raw, std::uint64_t n,
                                                          std::optional<std::uint32_t> masked, Fail&& fail) {
-  tf::proto::WireReader r(raw);
+  detail::tf::proto::WireReader r(raw);
   std::vector<std::uint64_t> lens;
   std::uint64_t total = 0;
   std::uint32_t c = 0;
@@ -254,7 +254,7 @@ inline fs::path with_suffix(const fs::path& p, const char* s) { return fs::path(
 
 }  // namespace ckpt::detail::tf_bundle
 
-namespace ckpt::tf {
+namespace ckpt::detail::tf {
 
 // The checkpoint prefix that prefix_or_dir names, as tf.train.load_checkpoint resolves it:
 // a prefix (PREFIX.index exists), PREFIX.index itself, a directory whose `checkpoint`
@@ -437,7 +437,7 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
   std::vector<std::string_view> names;
   for (const auto& kv : entries)
     if (!kv.key.empty() && kv.key[0] != '\0') names.emplace_back(kv.key);
-  const interop::FlatNames paths(names, '/');
+  const detail::interop::FlatNames paths(names, '/');
 
   for (const auto& kv : entries) {
     if (kv.key.empty() || kv.key[0] == '\0') continue;
@@ -504,4 +504,4 @@ inline std::shared_ptr<const Index> open_bundle(const fs::path& prefix_or_dir) {
                                        nullptr);
 }
 
-}  // namespace ckpt::tf
+}  // namespace ckpt::detail::tf

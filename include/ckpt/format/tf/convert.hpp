@@ -1,4 +1,4 @@
-// ckpt/format/tf/convert.hpp — TensorFlow variable names to tree paths: ckpt::tf::convert.
+// ckpt/format/tf/convert.hpp — TensorFlow variable names to tree paths: ckpt::detail::tf::convert.
 //
 // t5x's Checkpointer.convert_from_tf_checkpoint brings a Mesh TensorFlow T5 checkpoint
 // into a train state by mapping each TF variable name to a path of the state. Here a
@@ -26,7 +26,7 @@
 #include <ckpt/restore/from_index.hpp>
 #include <ckpt/restore/tree.hpp>
 
-namespace ckpt::tf {
+namespace ckpt::detail::tf {
 
 // A TF variable name -> a dotted tree path ("" or nullopt: unmapped).
 using Translator = std::function<std::optional<std::string>(std::string_view tf_name)>;
@@ -62,13 +62,13 @@ struct ConvertOptions {
 // The TF variable name of a bundle leaf's path (w.Adam -> "w/Adam", w.@value -> "w": the
 // inverse of the reader's mapping, format/interop/flat_names.hpp); nullopt for a path
 // no variable has (an element of a string tensor below w.@value).
-inline std::optional<std::string> variable_name(const Path& p) { return interop::flat_name(p, '/'); }
+inline std::optional<std::string> variable_name(const Path& p) { return detail::interop::flat_name(p, '/'); }
 
 // A leaf as messages list it: its variable name; an element of a string tensor that is
 // also a scope (w.@value.0.1), the tensor's name and the element's indices ("w/0/1").
 inline std::string listed_name(const Path& p) {
   const auto& segs = p.segments();
-  const auto v = std::find(segs.begin(), segs.end(), interop::value_segment);
+  const auto v = std::find(segs.begin(), segs.end(), detail::interop::value_segment);
   if (v == segs.end() || v + 1 == segs.end()) return variable_name(p).value_or(p.str());
   std::string s = variable_name(Path(std::vector<std::string>(segs.begin(), v + 1))).value_or(p.str());
   for (auto it = v + 1; it != segs.end(); ++it) s += "/" + *it;
@@ -167,4 +167,4 @@ T restore(const std::filesystem::path& prefix_or_dir, const Translator& translat
   return value;
 }
 
-}  // namespace ckpt::tf
+}  // namespace ckpt::detail::tf

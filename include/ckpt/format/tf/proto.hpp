@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace ckpt::tf::proto {
+namespace ckpt::detail::tf::proto {
 
 // Reads fields from one message's bytes; every read fails (returns false) rather than
 // running past the end.
@@ -252,4 +252,4 @@ inline bool parse_entry(std::span<const std::byte> b, BundleEntry& e) {
   return true;
 }
 
-}  // namespace ckpt::tf::proto
+}  // namespace ckpt::detail::tf::proto

@@ -27,7 +27,7 @@
 #include <ckpt/io/crc32c.hpp>
 #include <ckpt/io/file.hpp>
 
-namespace ckpt::tf::table {
+namespace ckpt::detail::tf::table {
 
 namespace fs = std::filesystem;
 
@@ -172,4 +172,4 @@ class TableReader {
   std::function<void(const std::string&)> fail_;
 };
 
-}  // namespace ckpt::tf::table
+}  // namespace ckpt::detail::tf::table

@@ -15,7 +15,7 @@
 
 #include <ckpt/format/zarr/metadata.hpp>
 
-namespace ckpt::zarr {
+namespace ckpt::detail::zarr {
 
 // A buffer reused from chunk to chunk, grown without zeroing: every use overwrites the
 // bytes it asks for (a read, a decompression), so clearing them would be one more
@@ -209,4 +209,4 @@ void read_box(const Shape& chunks, std::uint64_t chunk_bytes, std::size_t es, co
   });
 }
 
-}  // namespace ckpt::zarr
+}  // namespace ckpt::detail::zarr

@@ -29,7 +29,7 @@
 #include <ckpt/io/codec.hpp>
 #include <ckpt/io/file.hpp>
 
-namespace ckpt::zarr {
+namespace ckpt::detail::zarr {
 
 inline std::string chunk_key(const std::vector<std::int64_t>& idx, char sep) {
   if (idx.empty()) return "0";
@@ -38,7 +38,7 @@ inline std::string chunk_key(const std::vector<std::int64_t>& idx, char sep) {
   return k;
 }
 
-}  // namespace ckpt::zarr
+}  // namespace ckpt::detail::zarr
 
 namespace ckpt::detail::zarr_array {
 // Opens a chunk without following a final symlink (a chunk must be a file of the
@@ -64,7 +64,7 @@ inline int open_chunk(const std::filesystem::path& p, std::uint64_t& size) {
 
 }  // namespace ckpt::detail::zarr_array
 
-namespace ckpt::zarr {
+namespace ckpt::detail::zarr {
 
 // Big-endian elements to native order, in place (elem: one element's size in bytes).
 inline void byteswap(std::span<std::byte> b, std::size_t elem, dtype d) {
@@ -343,4 +343,4 @@ inline ArrayMeta open_array(const fs::path& dir, const std::string& checkpoint, 
   return m;
 }
 
-}  // namespace ckpt::zarr
+}  // namespace ckpt::detail::zarr

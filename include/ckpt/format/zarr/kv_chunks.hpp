@@ -18,7 +18,7 @@
 #include <ckpt/format/zarr/metadata.hpp>
 #include <ckpt/io/kvstore.hpp>
 
-namespace ckpt::zarr {
+namespace ckpt::detail::zarr {
 
 using Fail = std::function<void(const std::string&)>;
 
@@ -124,7 +124,7 @@ struct KvArrayV2 {
     } catch (const Error& e) {
       fail("chunk " + ck + ": " + e.what());
     }
-    if (meta.big_endian) zarr::byteswap(raw, dtype_size(meta.type), meta.type);
+    if (meta.big_endian) detail::zarr::byteswap(raw, dtype_size(meta.type), meta.type);
     return true;
   }
 
@@ -135,7 +135,7 @@ struct KvArrayV2 {
   void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst, const Fail& fail) const {
     Scratch comp;
     std::vector<std::byte> t;
-    zarr::read_box(meta.chunks, meta.chunk_bytes(), dtype_size(meta.type), meta.fill, origin, shape, dst,
+    detail::zarr::read_box(meta.chunks, meta.chunk_bytes(), dtype_size(meta.type), meta.fill, origin, shape, dst,
                    [&](const std::vector<std::int64_t>& idx, std::span<std::byte> raw) {
                      if (!load_chunk(idx, raw, comp, fail)) return false;
                      if (meta.fortran) fortran_to_c_order(raw, meta.chunks, dtype_size(meta.type), t);
@@ -144,4 +144,4 @@ struct KvArrayV2 {
   }
 };
 
-}  // namespace ckpt::zarr
+}  // namespace ckpt::detail::zarr

@@ -28,7 +28,7 @@
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/leaf/half.hpp>
 
-namespace ckpt::zarr {
+namespace ckpt::detail::zarr {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -132,7 +132,7 @@ inline json read_json_file(const fs::path& file, const std::string& checkpoint, 
   return ckpt::detail::parse_json(bytes, checkpoint, path, file.filename().string());
 }
 
-}  // namespace ckpt::zarr
+}  // namespace ckpt::detail::zarr
 
 namespace ckpt::detail::zarr_array {
 template <class T>
@@ -153,7 +153,7 @@ inline std::optional<double> json_number(const nlohmann::json& j) {
 }
 }  // namespace ckpt::detail::zarr_array
 
-namespace ckpt::zarr {
+namespace ckpt::detail::zarr {
 
 // The fill value of .zarray as one element's bytes; empty means zeros.
 inline std::vector<std::byte> decode_fill(const json& j, dtype d, const std::function<void(const std::string&)>& fail) {
@@ -311,4 +311,4 @@ inline bool safe_name(std::string_view s) {
   return true;
 }
 
-}  // namespace ckpt::zarr
+}  // namespace ckpt::detail::zarr

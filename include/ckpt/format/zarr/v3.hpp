@@ -27,7 +27,7 @@
 #include <ckpt/format/zarr/kv_chunks.hpp>
 #include <ckpt/io/crc32c.hpp>
 
-namespace ckpt::zarr::v3 {
+namespace ckpt::detail::zarr::v3 {
 
 inline constexpr int max_codecs = 16;
 inline constexpr int max_shard_depth = 4;
@@ -313,7 +313,7 @@ inline std::string decode(std::span<const std::byte> in, const std::vector<Codec
     if (buf.size() != array_bytes)
       return "holds " + std::to_string(buf.size()) + " bytes, " + std::to_string(array_bytes) + " expected";
     arr.swap(buf);
-    if (a2b.big_endian) ::ckpt::zarr::byteswap(arr, es, type);
+    if (a2b.big_endian) ::ckpt::detail::zarr::byteswap(arr, es, type);
   }
   // array -> array, backwards
   for (std::size_t i = ab; i-- > 0;) {
@@ -374,4 +374,4 @@ struct KvArray {
   }
 };
 
-}  // namespace ckpt::zarr::v3
+}  // namespace ckpt::detail::zarr::v3

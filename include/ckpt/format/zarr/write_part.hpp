@@ -9,7 +9,7 @@
 // writes the rest: each `.zarray` and the format's own files (t5x's msgpack
 // `checkpoint`, Orbax's `_METADATA`, ...). A format that can be written this way has
 // `static void write_part(const Snapshot&, const fs::path&, const SaveOptions&,
-// const zarr::WritePart&)`; its `write` is write_part of WritePart{} (everything).
+// const detail::zarr::WritePart&)`; its `write` is write_part of WritePart{} (everything).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@
 #include <ckpt/format/zarr/metadata.hpp>
 #include <ckpt/snapshot.hpp>
 
-namespace ckpt::zarr {
+namespace ckpt::detail::zarr {
 
 struct WritePart {
   bool planned = false;                      // false: one process writes everything (ckpt::save)
@@ -34,7 +34,7 @@ struct WritePart {
   bool whole() const { return !planned; }
   // What this process writes of leaf i's array (metadata m): all of it when whole.
   std::vector<Region> regions_of(std::size_t i, const ArrayMeta& m) const {
-    return whole() ? std::vector<Region>{zarr::whole(m)} : regions.at(i);
+    return whole() ? std::vector<Region>{detail::zarr::whole(m)} : regions.at(i);
   }
 };
 
@@ -71,4 +71,4 @@ inline std::uint64_t part_bytes(const Snapshot& s, const WritePart& part) {
   return n;
 }
 
-}  // namespace ckpt::zarr
+}  // namespace ckpt::detail::zarr
