@@ -55,7 +55,8 @@ def _read_exact(fd, n, at, checkpoint, path, what):
 
 
 def _bfloat16_to_float32(bits):
-    return (bits.astype("<u4") << 16).view("<f4")
+    wide = bits.reshape(-1).astype("<u4") << np.uint32(16)
+    return wide.view("<f4").reshape(bits.shape)
 
 
 def _float8_table(exp_bits, man_bits, bias, ieee):
@@ -96,6 +97,7 @@ class Checkpoint:
 
     def __init__(self, path):
         self.path = os.fspath(path)
+        self._fds, self._maps, self._leaves = {}, {}, []
         ck = self.path
         if not os.path.isdir(ck):
             raise NotFoundError(ck, "", "no such checkpoint directory")
@@ -137,8 +139,6 @@ class Checkpoint:
         self._by_path = {}
         for leaf in m.leaves:
             self._by_path.setdefault(leaf.segments, leaf)
-        self._fds = {}
-        self._maps = {}
         try:
             self._open_data_files()
         except BaseException:
@@ -238,7 +238,8 @@ class Checkpoint:
         return len(self._leaves)
 
     def __repr__(self):
-        return "ckpt.Checkpoint(%r: %d leaves, format version %d)" % (self.path, len(self._leaves), self.format_version)
+        return "ckpt.Checkpoint(%r: %d leaves, format version %d)" % (self.path, len(self._leaves),
+                                                                       getattr(self, "format_version", 0))
 
     # ---- reading ----
 
