@@ -27,7 +27,8 @@ def _open_regular(path, checkpoint, what):
     """An fd of the regular file at path, never through a symbolic link (a key of the
     checkpoint may not point outside it); None when it does not exist."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO in a checkpoint's place must not hang the open (no effect on files)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -297,8 +298,9 @@ class Checkpoint:
 
     def _assemble(self, leaf, storage):
         """A sharded leaf's global array from its boxes. The boxes' bytes lie in files
-        already measured, so an array larger than them is refused before any allocation."""
-        stored = sum(b.stored.length for b in leaf.boxes)
+        already measured (or in the manifest), so an array larger than the bytes they
+        span is refused before any allocation, however many boxes name the same bytes."""
+        stored = _span_bytes(b.stored for b in leaf.boxes)
         if stored < leaf.length:
             raise CorruptCheckpointError(self.path, leaf.path, "the boxes hold %d of the array's %d bytes: part of it is "
                                          "in none of the saved boxes" % (stored, leaf.length))
@@ -404,6 +406,22 @@ class Checkpoint:
                 if h[j] != want[j]:
                     raise ChecksumError(self.path, leaf.path, "box at %s: checksum mismatch in tile (%d, %d): the "
                                         "leaf's bytes were altered or torn" % (list(b.origin), block // tile_rows, j))
+
+
+def _span_bytes(stored):
+    """How many distinct bytes the Stored ranges cover (overlapping ranges counted once)."""
+    total, ranges = 0, {}
+    for s in stored:
+        if s.file is None:
+            total += s.length
+        else:
+            ranges.setdefault(s.file, []).append((s.offset, s.offset + s.length))
+    for spans in ranges.values():
+        end = 0
+        for a, b in sorted(spans):
+            total += max(0, b - max(a, end))
+            end = max(end, b)
+    return total
 
 
 def _need_xxhash(what):

@@ -49,6 +49,14 @@ def test_malformed_commit_marker(copy_of):
         ckpt.open(d)
 
 
+def test_a_fifo_in_place_of_a_file_does_not_hang(copy_of):
+    d = copy_of("kinds")
+    os.remove(d / "commit")
+    os.mkfifo(d / "commit")
+    with pytest.raises(ckpt.CorruptCheckpointError, match="commit is not a regular file"):
+        ckpt.open(d)
+
+
 def test_truncated_manifest(copy_of):
     d = copy_of("kinds")
     m = (d / "manifest").read_bytes()
