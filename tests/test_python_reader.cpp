@@ -10,9 +10,9 @@
 #include <optional>
 
 namespace python_reader_test {
-namespace {
 
-namespace fs = std::filesystem;
+// No anonymous namespace: clang's -Wundefined-internal flags the reflection's field
+// probes (detail/field_names.hpp) of a struct with internal linkage holding an optional.
 using test::TempDir;
 
 enum class Color : std::int16_t { red = 1, green = 7 };
@@ -135,8 +135,6 @@ struct ShardedState {
   std::int64_t step = 0;
   ckpt::Sharded<xt::xtensor<float, 2>> w;
 };
-
-}  // namespace
 
 TEST_CASE("the Python reader reads what the C++ side writes: every leaf kind, format versions 1 to 3, incremental steps, damage") {
   TempDir dir;
