@@ -286,7 +286,10 @@ class Checkpoint:
             return memoryview(b"")
         if s.file is None:
             return memoryview(s.inline)
-        return memoryview(self._mapping(s.file))[s.offset:s.offset + s.length]
+        m = self._mapping(s.file)
+        if len(m) < s.offset + s.length:
+            raise CorruptCheckpointError(self.path, leaf.path, "%s was cut short since the checkpoint was opened" % s.file)
+        return memoryview(m)[s.offset:s.offset + s.length]
 
     def _array(self, leaf, s, shape, storage):
         if s.length == 0:
