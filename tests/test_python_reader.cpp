@@ -42,7 +42,9 @@ struct Kinds {
   std::vector<double> vec{0.5, 1.5, 2.5};
   std::vector<bool> bits{true, false, true, true};
   std::array<std::int32_t, 3> arr{7, 8, 9};
-  std::vector<float> no_floats;                    // an empty container: an empty node
+  std::vector<float> no_floats;                    // an empty array: shape [0]
+  std::vector<Layer> no_layers;                    // an empty list of subtrees: an empty node
+  std::map<std::string, float> no_entries;         // an empty map: an empty node
   xt::xtensor<float, 2> small;                     // inline
   xt::xtensor<float, 2> large;                     // out of line (12 KiB)
   xt::xtensor<std::int64_t, 3> ints;               // out of line

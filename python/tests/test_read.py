@@ -27,8 +27,9 @@ def mapped(a):
 
 KINDS_PATHS = [
     "flag", "i8", "u16", "i32", "u64", "f32", "f64", "c64", "c128", "bf16", "f16", "color", "text", "empty_text",
-    "nothing", "something", "vec", "bits", "arr", "no_floats", "small", "large", "ints", "bf_array", "blob",
-    "zero_rows", "names.a\\.b", "names.back\\\\slash", "names.plain", "layers.0.w", "layers.1.w", "rng",
+    "nothing", "something", "vec", "bits", "arr", "no_floats", "no_layers", "no_entries", "small", "large", "ints",
+    "bf_array", "blob", "zero_rows", "names.a\\.b", "names.back\\\\slash", "names.plain", "layers.0.w",
+    "layers.1.w", "rng",
 ]
 
 
@@ -44,6 +45,8 @@ def test_kinds_lists_every_leaf_with_dtype_and_shape(fixtures):
     assert info["color"] == ("int16", ())
     assert info["text"] == ("string", ())
     assert info["nothing"] == ("none", ())
+    assert info["no_floats"] == ("float32", (0,))
+    assert info["no_layers"] == ("none", ()) and info["no_entries"] == ("none", ())  # empty nodes
     assert info["large"] == ("float32", (64, 48))
     assert info["ints"] == ("int64", (30, 4, 5))
     assert info["zero_rows"] == ("float64", (0, 3))
@@ -69,7 +72,8 @@ def test_kinds_scalars_strings_and_empty_nodes(fixtures):
     assert ck.read("bf16", raw=True).item() == 0xBEC0  # the stored bits
     assert ck.read("text").item() == "h\u00e9llo, ckpt"
     assert ck.read("empty_text").item() == ""
-    assert ck.read("nothing") is None
+    assert ck.read("nothing") is None and ck.read("no_layers") is None and ck.read("no_entries") is None
+    assert ck.read("no_floats").shape == (0,) and ck.read("no_floats").dtype == np.float32
     rng = ck.read("rng").item().split()
     assert len(rng) == 313 and rng[0] != "0"  # mt19937_64's textual state: 312 words and the index
 
