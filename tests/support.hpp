@@ -101,6 +101,26 @@ inline std::string python(const std::string& code, const fs::path& dir) {
   return out;
 }
 
+// Runs the Python reader's tests (python/tests, with pytest) on the checkpoints a test
+// case wrote into `fixtures` (CKPT_PY_FIXTURES), those marked `marker` (a pytest -m
+// expression); fails the test case when pytest fails, or skips anything: with fixtures
+// given, python/tests/conftest.py makes a skip a failure.
+inline void python_reader_tests(const fs::path& fixtures, const std::string& marker) {
+  const std::string cmd = "CKPT_PY_FIXTURES='" + fixtures.string() + "' PYTHONDONTWRITEBYTECODE=1 " +
+                          std::string(CKPT_PYTHON) + " -m pytest -q -p no:cacheprovider -m '" + marker + "' '" +
+                          std::string(CKPT_SOURCE_DIR) + "/python/tests' 2>&1";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = ::pclose(p);
+  MESSAGE(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find(" passed") != std::string::npos);
+}
+
 // Bytes as lower-case hex, for comparing with what Python prints.
 inline std::string hex(const std::vector<std::byte>& b) {
   static const char* d = "0123456789abcdef";

@@ -1136,6 +1136,45 @@ TEST_CASE("mpi np2: a SIGTERM on one rank makes every rank save at the same step
   ::sigaction(SIGTERM, &old, nullptr);
 }
 
+namespace {
+// What the Python reader (python/tests/test_mpi.py) reads: boxes of two ranks, one
+// larger than a checksum piece (piece and tile checksums), and a replicated array of
+// more than 1 MiB, which the ranks write split by rows.
+struct PyState {
+  std::int64_t step = 0;
+  ckpt::Sharded<xt::xtensor<float, 2>> w;
+  ckpt::Sharded<xt::xtensor<float, 2>> big;
+  xt::xtensor<float, 2> shared;
+};
+
+PyState py_state(std::int64_t step, int rank) {
+  PyState s;
+  s.step = step;
+  s.w = rows_of(9, 7, rank, 2).w;
+  const auto [r0, nr] = split(1024, 2, static_cast<std::size_t>(rank));
+  s.big = {{1024, 600}, {r0, 0}, xt::xtensor<float, 2>::from_shape({nr, 600})};
+  for (std::size_t i = 0; i < nr; ++i)
+    for (std::size_t j = 0; j < 600; ++j) s.big.local(i, j) = static_cast<float>(r0 + i) * 0.5f + static_cast<float>(j);
+  s.shared = xt::xtensor<float, 2>::from_shape({600, 600});
+  for (std::size_t i = 0; i < 600; ++i)
+    for (std::size_t j = 0; j < 600; ++j) s.shared(i, j) = static_cast<float>(i) - static_cast<float>(j) * 0.5f;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("mpi np2: the Python reader assembles a checkpoint and reads the manager steps 2 ranks wrote") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  ckpt::mpi::save(world, dir / "c", py_state(42, world.rank()));
+  {
+    ckpt::mpi::CheckpointManager<PyState> mgr(world, dir / "run", {.max_to_keep = 2});
+    for (std::int64_t step = 1; step <= 3; ++step)
+      CHECK(mgr.save(step, py_state(step, world.rank()), {{"loss", 1.0 / static_cast<double>(step)}}));
+  }
+  world.barrier();
+  on_rank0(world, [&] { test::python_reader_tests((dir / "c").parent_path(), "mpi"); });
+}
+
 }  // namespace sharded_test
 
 int main(int argc, char** argv) {
