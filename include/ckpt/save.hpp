@@ -31,7 +31,9 @@ using BeforeCommitFn = std::function<void(const std::filesystem::path&)>;
 // disk, a staging directory the format fills, before_commit adds files to, and that is
 // renamed into place; on an object store (s3://, mem://), the format's objects written
 // through the storage, then before_commit's files, then the commit marker
-// (storage/object_store.hpp).
+// (storage/object_store.hpp). Either way the format writes through the storage concept
+// (FormatEntry::write_to), and nothing is written to a local disk for an object store
+// but what before_commit writes as files.
 CKPT_API void save_staged(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                           const FormatEntry& format, const BeforeCommitFn& before_commit);
 // Applies the options that change what is saved: save_dtype, then the transform.
@@ -83,7 +85,7 @@ inline void save_snapshot(const FormatEntry& format, const std::filesystem::path
   // A single-file format (Flax msgpack, a .safetensors file) commits its file itself; a
   // URL is a directory: the format's directory layout, with a commit marker.
   if (format.save_file && !storage::is_url(dir)) format.save_file(dir, snap, opts);
-  else if (format.write || format.write_to) detail::save_staged(dir, snap, opts, format, nullptr);
+  else if (format.write_to) detail::save_staged(dir, snap, opts, format, nullptr);
   else throw Error(dir.string(), "", "ckpt cannot write the " + std::string(format.name) + " format");
 }
 
@@ -118,8 +120,7 @@ CKPT_API void detail::save_staged(const std::filesystem::path& dir, const Snapsh
   if (storage::find_url_scheme(dir)) {  // s3://, mem://: a commit marker written last
     const storage::Location loc = storage::open_location(dir);
     storage::begin_publish(loc, opts.force);
-    if (format.write_to) format.write_to(snap, loc, opts);
-    else storage::write_as_files(loc, [&](const std::filesystem::path& d) { format.write(snap, d, opts); });
+    format.write_to(snap, storage::writing_location(loc), opts);
     if (before_commit) storage::write_as_files(loc, before_commit);
     storage::commit(loc);
     return;
@@ -129,8 +130,7 @@ CKPT_API void detail::save_staged(const std::filesystem::path& dir, const Snapsh
     throw Error(dir.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
   io::StagingDir staging(dir);
   io::naming_target(staging.final_path(), staging.path(), [&] {
-    if (format.write) format.write(snap, staging.path(), opts);
-    else format.write_to(snap, storage::directory_location(staging.path(), storage::Publish::in_place), opts);
+    format.write_to(snap, storage::directory_location(staging.path(), storage::Publish::in_place), opts);
     if (before_commit) before_commit(staging.path());
   });
   staging.commit(opts.force);

@@ -24,6 +24,7 @@
 
 #include <ckpt/io/untrusted.hpp>
 #include <ckpt/error.hpp>
+#include <ckpt/format/format.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
@@ -153,7 +154,7 @@ void write_items(const std::filesystem::path& step_dir, const Items& items, cons
       const auto sub = dir / name;
       std::filesystem::create_directory(sub, ec);
       if (ec) throw Error(sub.string(), "", "cannot create the item's directory: " + ec.message());
-      Format::write(item.snapshot(), sub, opts);
+      ckpt::write_in_directory<Format>(item.snapshot(), sub, opts);
       io::sync_dir(sub);
     } else {
       const std::string text = item.json_value().dump(1);

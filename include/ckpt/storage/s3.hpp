@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -233,17 +234,13 @@ class S3Storage final : public Storage {
   void put(const std::string& key, std::span<const ConstBytes> pieces) override {
     std::uint64_t total = 0;
     for (const auto& p : pieces) total += p.size();
-    if (total <= opt_.multipart_threshold) {
-      ckpt::detail::s3::Request r;
-      r.method = "PUT";
-      r.key = key;
-      r.body = pieces;
-      r.body_size = total;
-      perform(r);
-      return;
-    }
+    if (total <= opt_.multipart_threshold) return put_small(key, pieces, total);
     put_multipart(key, pieces, total);
   }
+
+  // A writer that uploads as the appends come (Upload, below), so that a format's large
+  // object on S3 is never held whole in memory, nor in a local file.
+  std::unique_ptr<ObjectWriter> create(const std::string& key) override { return std::make_unique<Upload>(*this, key); }
 
   void get(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const override {
     if (dst.empty()) return;
@@ -412,14 +409,32 @@ class S3Storage final : public Storage {
   }
 
   void put_multipart(const std::string& key, std::span<const ConstBytes> pieces, std::uint64_t total) {
+    const std::string upload_id = start_multipart(key);
+    try {
+      std::vector<std::string> etags;
+      upload_parts(key, upload_id, pieces, total, etags);
+      complete_multipart(key, upload_id, etags);
+    } catch (...) {
+      abort_multipart(key, upload_id);
+      throw;
+    }
+  }
+
+  std::string start_multipart(const std::string& key) const {
     ckpt::detail::s3::Request init;
     init.method = "POST";
     init.key = key;
     init.query = "uploads=";
     const std::string upload_id = ckpt::detail::s3::xml_first(perform(init).body, "UploadId");
     if (upload_id.empty()) throw Error(url(key), "", "S3 did not start a multipart upload (no UploadId)");
-    const std::string id_q = "uploadId=" + io::url_encode(upload_id, false);
+    return upload_id;
+  }
 
+  // Uploads the first `total` bytes of the concatenation of pieces as the next parts
+  // (numbered from etags.size() + 1), part_size each (the last one shorter), in
+  // parallel; their ETags are appended to etags.
+  void upload_parts(const std::string& key, const std::string& upload_id, std::span<const ConstBytes> pieces,
+                    std::uint64_t total, std::vector<std::string>& etags) const {
     // The pieces of [begin, begin + len) of the concatenation.
     std::vector<std::uint64_t> starts;
     std::uint64_t at = 0;
@@ -437,44 +452,138 @@ class S3Storage final : public Storage {
       return out;
     };
     const std::uint64_t part = opt_.part_size;
-    const std::size_t nparts = static_cast<std::size_t>((total + part - 1) / part);
-    std::vector<std::string> etags(nparts);
+    const std::size_t nparts = static_cast<std::size_t>((total + part - 1) / part), first = etags.size();
+    etags.resize(first + nparts);
+    const std::string id_q = "uploadId=" + io::url_encode(upload_id, false);
+    parallel(nparts, [&](std::size_t i) {
+      const std::uint64_t begin = i * part, len = std::min<std::uint64_t>(part, total - begin);
+      const auto body = slice(begin, len);
+      ckpt::detail::s3::Request r;
+      r.method = "PUT";
+      r.key = key;
+      r.query = "partNumber=" + std::to_string(first + i + 1) + "&" + id_q;
+      r.body = body;
+      r.body_size = len;
+      etags[first + i] = perform(r).etag;
+      if (etags[first + i].empty())
+        throw Error(url(key), "", "S3 returned no ETag for part " + std::to_string(first + i + 1));
+    });
+  }
+
+  void complete_multipart(const std::string& key, const std::string& upload_id, const std::vector<std::string>& etags) const {
+    std::string xml = "<CompleteMultipartUpload>";
+    for (std::size_t i = 0; i < etags.size(); ++i)
+      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
+    xml += "</CompleteMultipartUpload>";
+    const ConstBytes body = std::as_bytes(std::span(xml));
+    ckpt::detail::s3::Request done;
+    done.method = "POST";
+    done.key = key;
+    done.query = "uploadId=" + io::url_encode(upload_id, false);
+    done.body = std::span<const ConstBytes>(&body, 1);
+    done.body_size = xml.size();
+    perform(done);
+  }
+
+  // Best effort: an upload never completed is no object, but holds storage.
+  void abort_multipart(const std::string& key, const std::string& upload_id) const noexcept {
     try {
-      parallel(nparts, [&](std::size_t i) {
-        const std::uint64_t begin = i * part, len = std::min<std::uint64_t>(part, total - begin);
-        const auto body = slice(begin, len);
-        ckpt::detail::s3::Request r;
-        r.method = "PUT";
-        r.key = key;
-        r.query = "partNumber=" + std::to_string(i + 1) + "&" + id_q;
-        r.body = body;
-        r.body_size = len;
-        etags[i] = perform(r).etag;
-        if (etags[i].empty()) throw Error(url(key), "", "S3 returned no ETag for part " + std::to_string(i + 1));
-      });
-      std::string xml = "<CompleteMultipartUpload>";
-      for (std::size_t i = 0; i < nparts; ++i)
-        xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
-      xml += "</CompleteMultipartUpload>";
-      const ConstBytes body = std::as_bytes(std::span(xml));
-      ckpt::detail::s3::Request done;
-      done.method = "POST";
-      done.key = key;
-      done.query = id_q;
-      done.body = std::span<const ConstBytes>(&body, 1);
-      done.body_size = xml.size();
-      perform(done);
+      ckpt::detail::s3::Request abort;
+      abort.method = "DELETE";
+      abort.key = key;
+      abort.query = "uploadId=" + io::url_encode(upload_id, false);
+      perform(abort, {404});
     } catch (...) {
-      try {  // best effort: an upload never completed is no object, but holds storage
-        ckpt::detail::s3::Request abort;
-        abort.method = "DELETE";
-        abort.key = key;
-        abort.query = id_q;
-        perform(abort, {404});
-      } catch (...) {
-      }
-      throw;
     }
+  }
+
+  // An object written as the appends come: one PUT at close() while it stays within
+  // multipart_threshold, else a multipart upload whose parts go up (`connections` at a
+  // time) once enough bytes have come. Stable pieces are kept as spans until then;
+  // copied ones (a buffer about to be reused) are sent once connections x part_size of
+  // them are held, so a writer of a large object holds about that much memory.
+  class Upload final : public ObjectWriter {
+   public:
+    Upload(const S3Storage& s3, std::string key) : s3_(s3), key_(std::move(key)) {}
+    Upload(const Upload&) = delete;
+    Upload& operator=(const Upload&) = delete;
+    ~Upload() override {
+      if (!closed_ && !upload_id_.empty()) s3_.abort_multipart(key_, upload_id_);
+    }
+
+    void append(std::span<const ConstBytes> pieces, bool stable) override {
+      for (const auto& p : pieces) {
+        if (p.empty()) continue;
+        if (stable) {
+          pending_.push_back(p);
+        } else {
+          copies_.emplace_back(p.begin(), p.end());
+          pending_.push_back(ConstBytes(copies_.back()));
+          copied_ += p.size();
+        }
+        bytes_ += p.size();
+      }
+      const auto& o = s3_.opt_;
+      if (bytes_ > o.multipart_threshold || copied_ >= std::uint64_t{o.part_size} * o.connections) send(false);
+    }
+
+    void close() override {
+      if (upload_id_.empty()) {
+        s3_.put_small(key_, pending_, bytes_);
+      } else {
+        send(true);
+        s3_.complete_multipart(key_, upload_id_, etags_);
+      }
+      closed_ = true;
+      pending_.clear();
+      copies_.clear();
+    }
+
+   private:
+    // Sends the whole parts held (and, when last, the rest); keeps a copy of the rest.
+    void send(bool last) {
+      const std::uint64_t part = s3_.opt_.part_size;
+      const std::uint64_t n = last ? bytes_ : bytes_ / part * part;
+      if (n == 0) return;
+      if (upload_id_.empty()) upload_id_ = s3_.start_multipart(key_);
+      s3_.upload_parts(key_, upload_id_, pending_, n, etags_);
+      std::vector<std::byte> rest;
+      rest.reserve(static_cast<std::size_t>(bytes_ - n));
+      std::uint64_t at = 0;
+      for (const auto& p : pending_) {
+        const std::uint64_t end = at + p.size();
+        if (end > n) {
+          const auto from = static_cast<std::size_t>(std::max(at, n) - at);
+          rest.insert(rest.end(), p.begin() + static_cast<std::ptrdiff_t>(from), p.end());
+        }
+        at = end;
+      }
+      pending_.clear();
+      copies_.clear();
+      bytes_ = copied_ = rest.size();
+      if (!rest.empty()) {
+        copies_.push_back(std::move(rest));
+        pending_.push_back(ConstBytes(copies_.back()));
+      }
+    }
+
+    const S3Storage& s3_;
+    std::string key_;
+    std::vector<ConstBytes> pending_;
+    std::deque<std::vector<std::byte>> copies_;  // a deque: growing it moves no copy
+    std::uint64_t bytes_ = 0, copied_ = 0;
+    std::string upload_id_;
+    std::vector<std::string> etags_;
+    bool closed_ = false;
+  };
+
+  void put_small(const std::string& key, std::span<const ConstBytes> pieces, std::uint64_t total) const {
+    ckpt::detail::s3::Request r;
+    r.method = "PUT";
+    r.key = key;
+    r.body = pieces;
+    r.body_size = total;
+    perform(r);
   }
 
   std::string bucket_;
