@@ -587,6 +587,8 @@ inline void save_without_local_disk(const std::string& name, const std::string& 
     throw;
   }
   old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  MESSAGE(url << ": " << read_counts().writes << " objects written, " << read_counts().requests
+               << " storage reads (listings, sizes, gets)");
   CHECK(fs::is_empty(fresh_tmp));
   CHECK(files_under(tmp.path()) == before);
   const auto& written = read_counts().written;
@@ -604,6 +606,33 @@ TEST_CASE("storage: every format saves to mem:// through the storage, nothing on
   const BigState s = big_state(4, std::size_t{1} << 16);  // 1 MiB
   test::TempDir tmp;
   for (const auto& name : writing_formats()) save_without_local_disk(name, "mem://saved/" + name, s, tmp);
+  // A manager's step too: its items and _CHECKPOINT_METADATA (merged with Orbax's own,
+  // metrics in Orbax's metrics item) go through the storage, the marker last.
+  const fs::path fresh_tmp = tmp / "TMPDIR-manager";
+  fs::create_directories(fresh_tmp);
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", fresh_tmp.c_str(), 1);
+  read_counts().reset();
+  try {
+    ckpt::CheckpointManager<BigState, ckpt::orbax> mgr("count+mem://saved/mgr");
+    mgr.save(3, s, {{"loss", 0.25}},
+             {.items = {{"cursor", ckpt::json_item({{"pos", 3}})}, {"extra", ckpt::tree_item(big_state(1, 10))}}});
+    mgr.wait_until_finished();
+  } catch (...) {
+    old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+    throw;
+  }
+  old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  CHECK(fs::is_empty(fresh_tmp));
+  REQUIRE_FALSE(read_counts().written.empty());
+  CHECK(read_counts().written.back() == "mgr/3/commit_success.txt");
+  ckpt::CheckpointManager<BigState, ckpt::orbax> mgr("mem://saved/mgr", {.read_only = true});
+  CHECK(mgr.all_steps() == Steps{3});
+  CHECK(mgr.metrics(3).at("loss") == doctest::Approx(0.25));
+  CHECK(mgr.item_json(3, "cursor")["pos"] == 3);
+  CHECK(mgr.restore_item<BigState>(3, "extra").layers.at(0).w == big_state(1, 10).layers[0].w);
+  CHECK(mgr.restore(3).layers.at(2).w == s.layers[2].w);
   ckpt::memory_storage_clear("saved");
 }
 

@@ -15,7 +15,6 @@
 #include <ckpt/index.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
-#include <ckpt/storage/posix.hpp>
 #include <ckpt/storage/storage.hpp>
 
 namespace ckpt {
@@ -40,12 +39,5 @@ concept format_policy =
       // l.storage alone: put for small objects, create for streamed ones.
       F::write_to(s, l, o);
     };
-
-// Writes s with format F into dir, a staging directory the caller publishes (a
-// manager's item inside a step).
-template <format_policy F>
-void write_in_directory(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o) {
-  F::write_to(s, storage::directory_location(dir, storage::Publish::in_place), o);
-}
 
 }  // namespace ckpt

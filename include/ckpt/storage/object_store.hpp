@@ -10,9 +10,11 @@
 // first, then the old objects, then writes the new ones: a reader sees the old
 // checkpoint, nothing, or the new one, never a mix.
 //
-// The publish step (save.hpp) calls begin_publish, lets the format write its objects
-// through the Storage (writing_location: its own commit marker held back), then commit; open_index (format/registry.hpp) calls
-// require_committed before a format reads. Neither knows which format it publishes.
+// The publish step (save.hpp) calls begin_publish, lets the format (and a manager's
+// before_commit) write their objects through the Storage (writing_location: a commit
+// marker of the format's own held back), then commit; open_index (format/registry.hpp)
+// calls require_committed before a format reads. Neither knows which format it
+// publishes, and nothing goes through a local file.
 #pragma once
 
 #include <algorithm>
@@ -24,9 +26,6 @@
 #include <vector>
 
 #include <ckpt/error.hpp>
-#include <ckpt/io/file.hpp>
-#include <ckpt/io/mapped_file.hpp>
-#include <ckpt/io/staging_dir.hpp>
 #include <ckpt/storage/storage.hpp>
 
 namespace ckpt::storage {
@@ -110,60 +109,12 @@ class MarkerHeldBack final : public Storage {
   std::string marker_;
 };
 
-// A local scratch directory for what callers write as files (a manager's metadata and
-// items), uploaded before the commit marker; removed on destruction.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::error_code ec;
-    path_ = std::filesystem::temp_directory_path(ec) / ("ckpt-upload-" + io::random_suffix());
-    if (ec || !std::filesystem::create_directories(path_, ec))
-      throw Error(path_.string(), "", "cannot create a scratch directory: " + ec.message());
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const noexcept { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 }  // namespace detail
 
-// Where the format writes a checkpoint being published at loc: loc, with the commit
-// marker held back for commit().
+// Where the format (and a manager's before_commit) writes a checkpoint being published
+// at loc: loc, with the commit marker held back for commit().
 inline Location writing_location(const Location& loc) {
   return Location{std::make_shared<detail::MarkerHeldBack>(loc.storage, loc.key(commit_marker)), loc.prefix, loc.url};
-}
-
-// Uploads every regular file under dir as <loc>/<relative path>, each from a read-only
-// mapping (not a copy on the heap). A top-level commit marker is not uploaded: the
-// publish step writes the object store's own marker last.
-inline void upload_tree(const std::filesystem::path& dir, const Location& loc) {
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
-       it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
-    const auto rel = it->path().lexically_relative(dir).generic_string();
-    if (rel == commit_marker) continue;
-    const auto file = io::MappedFile::open(it->path());
-    loc.storage->put(loc.key(rel), ConstBytes(file->bytes()));
-  }
-  if (ec) throw Error(dir.string(), "", "cannot list the files to upload: " + ec.message());
-}
-
-// What a manager adds to a step as files (its metadata, its items: the before_commit
-// of save.hpp, which takes a directory) written into a scratch directory with
-// fill(dir) and uploaded under loc. The formats write through the Storage instead.
-template <class Fill>
-void write_as_files(const Location& loc, Fill&& fill) {
-  detail::ScratchDir scratch;
-  fill(scratch.path());
-  upload_tree(scratch.path(), loc);
 }
 
 // What a scheme's header passes to register_url_scheme.

@@ -21,6 +21,7 @@
 #include <ckpt/format/ocdbt/database.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/storage/kvstore.hpp>
+#include <ckpt/storage/posix.hpp>
 #include <ckpt/storage/storage.hpp>
 
 namespace ckpt::ocdbt {
@@ -55,6 +56,9 @@ class Writer {
     data_name_ = "d/" + random_hex(16);
     data_ = loc_.storage->create(loc_.key(data_name_));
   }
+  // A database in a directory of its own, each file put in place by a rename (the
+  // manifest of a new generation replaces the old one atomically).
+  explicit Writer(const fs::path& dir, WriterOptions opt = {}) : Writer(storage::directory_location(dir), opt) {}
 
   // Adds key = value. Large values go to the data file now; `value` may be released after.
   void put(std::string key, std::span<const std::byte> value) {
@@ -100,9 +104,8 @@ class Writer {
     std::vector<Version> versions;
     std::vector<std::string> files;
     std::array<std::uint8_t, 16> uuid{};
-    const auto existing = std::make_shared<const storage::LocationKv>(loc_);
-    if (Database::is_database(*existing, "")) {
-      const auto old = Database::open(existing, "", loc_.url);
+    if (loc_.storage->size(loc_.key("manifest.ocdbt"))) {  // (a new database: one request, no listing)
+      const auto old = Database::open(std::make_shared<const storage::LocationKv>(loc_), "", loc_.url);
       uuid = old->config().uuid;
       for (const auto& v : old->versions()) {
         Version c = v;
