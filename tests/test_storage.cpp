@@ -587,7 +587,7 @@ inline void save_without_local_disk(const std::string& name, const std::string& 
     throw;
   }
   old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
-  MESSAGE(url << ": " << read_counts().writes << " objects written, " << read_counts().requests
+  MESSAGE(url << ": " << read_counts().writes.load() << " objects written, " << read_counts().requests.load()
                << " storage reads (listings, sizes, gets)");
   CHECK(fs::is_empty(fresh_tmp));
   CHECK(files_under(tmp.path()) == before);
@@ -624,6 +624,8 @@ TEST_CASE("storage: every format saves to mem:// through the storage, nothing on
     throw;
   }
   old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  MESSAGE("a manager's Orbax step with two items: " << read_counts().writes.load() << " objects written, "
+                                                    << read_counts().requests.load() << " storage reads");
   CHECK(fs::is_empty(fresh_tmp));
   REQUIRE_FALSE(read_counts().written.empty());
   CHECK(read_counts().written.back() == "mgr/3/commit_success.txt");
