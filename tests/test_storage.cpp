@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 namespace storage_test {
@@ -370,7 +371,20 @@ TEST_CASE("storage: a two-tier manager restores the newest step of memory and di
 // "count+mem://" URLs.
 struct ReadCounts {
   std::atomic<std::uint64_t> requests{0}, bytes{0}, writes{0};
-  void reset() { requests = 0; bytes = 0; writes = 0; }
+  std::mutex mu;
+  std::vector<std::string> written;  // the keys put or created, in order
+  void reset() {
+    requests = 0;
+    bytes = 0;
+    writes = 0;
+    std::lock_guard lock(mu);
+    written.clear();
+  }
+  void wrote(const std::string& key) {
+    ++writes;
+    std::lock_guard lock(mu);
+    written.push_back(key);
+  }
 };
 inline ReadCounts& read_counts() {
   static ReadCounts c;
@@ -383,11 +397,11 @@ class CountingStorage final : public ckpt::storage::Storage {
   std::string root_url() const override { return "count+" + inner_->root_url(); }
   using Storage::put;
   void put(const std::string& key, std::span<const ckpt::storage::ConstBytes> pieces) override {
-    ++read_counts().writes;
+    read_counts().wrote(key);
     inner_->put(key, pieces);
   }
   std::unique_ptr<ckpt::storage::ObjectWriter> create(const std::string& key) override {
-    ++read_counts().writes;
+    read_counts().wrote(key);
     return inner_->create(key);
   }
   void get(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const override {
@@ -541,6 +555,105 @@ TEST_CASE("storage: a subtree of an Orbax (OCDBT and not), zarr, t5x or safetens
   ckpt::memory_storage_clear("subtree");
 }
 
+
+// --- what a save writes ---------------------------------------------------------------
+// Every format writes its objects through the storage: a save to an object store
+// writes nothing to local disk (TMPDIR points at an empty directory meanwhile, and the
+// test's own directory is compared before and after), the format's objects go first
+// and the commit marker last, once; the values come back.
+inline const std::vector<std::string>& writing_formats() {
+  static const std::vector<std::string> names{"orbax", "orbax_without_ocdbt", "t5x", "zarr", "safetensors", "flax"};
+  return names;
+}
+inline void save_format(const std::string& name, const std::string& url, const ckpt::Snapshot& snap) {
+  if (name == "orbax_without_ocdbt") ckpt::save_snapshot<ckpt::orbax_without_ocdbt>(url, snap);
+  else ckpt::save_snapshot(*ckpt::find_format(name), url, snap);
+}
+inline void save_without_local_disk(const std::string& name, const std::string& url, const BigState& s,
+                                    const test::TempDir& tmp) {
+  CAPTURE(name);
+  const fs::path fresh_tmp = tmp / ("TMPDIR-" + name);
+  fs::create_directories(fresh_tmp);
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  const auto before = files_under(tmp.path());
+  ::setenv("TMPDIR", fresh_tmp.c_str(), 1);
+  REQUIRE(fs::temp_directory_path() == fresh_tmp);
+  read_counts().reset();
+  try {
+    save_format(name, "count+" + url, ckpt::take_snapshot(s));
+  } catch (...) {
+    old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+    throw;
+  }
+  old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  MESSAGE(url << ": " << read_counts().writes.load() << " objects written, " << read_counts().requests.load()
+               << " storage reads (listings, sizes, gets)");
+  CHECK(fs::is_empty(fresh_tmp));
+  CHECK(files_under(tmp.path()) == before);
+  const auto& written = read_counts().written;
+  REQUIRE(written.size() >= 2);
+  const std::string marker = ckpt::storage::open_location(url).key("commit_success.txt");
+  CHECK(written.back() == marker);
+  CHECK(std::count(written.begin(), written.end(), marker) == 1);
+  const BigState back = ckpt::restore<BigState>(url);
+  CHECK(back.step == s.step);
+  REQUIRE(back.layers.size() == s.layers.size());
+  for (std::size_t l = 0; l < s.layers.size(); ++l) CHECK(back.layers[l].w == s.layers[l].w);
+}
+
+TEST_CASE("storage: every format saves to mem:// through the storage, nothing on local disk, the marker last") {
+  const BigState s = big_state(4, std::size_t{1} << 16);  // 1 MiB
+  test::TempDir tmp;
+  for (const auto& name : writing_formats()) save_without_local_disk(name, "mem://saved/" + name, s, tmp);
+  // A manager's step too: its items and _CHECKPOINT_METADATA (merged with Orbax's own,
+  // metrics in Orbax's metrics item) go through the storage, the marker last.
+  const fs::path fresh_tmp = tmp / "TMPDIR-manager";
+  fs::create_directories(fresh_tmp);
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", fresh_tmp.c_str(), 1);
+  read_counts().reset();
+  try {
+    ckpt::CheckpointManager<BigState, ckpt::orbax> mgr("count+mem://saved/mgr");
+    mgr.save(3, s, {{"loss", 0.25}},
+             {.items = {{"cursor", ckpt::json_item({{"pos", 3}})}, {"extra", ckpt::tree_item(big_state(1, 10))}}});
+    mgr.wait_until_finished();
+  } catch (...) {
+    old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+    throw;
+  }
+  old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  MESSAGE("a manager's Orbax step with two items: " << read_counts().writes.load() << " objects written, "
+                                                    << read_counts().requests.load() << " storage reads");
+  CHECK(fs::is_empty(fresh_tmp));
+  REQUIRE_FALSE(read_counts().written.empty());
+  CHECK(read_counts().written.back() == "mgr/3/commit_success.txt");
+  ckpt::CheckpointManager<BigState, ckpt::orbax> mgr("mem://saved/mgr", {.read_only = true});
+  CHECK(mgr.all_steps() == Steps{3});
+  CHECK(mgr.metrics(3).at("loss") == doctest::Approx(0.25));
+  CHECK(mgr.item_json(3, "cursor")["pos"] == 3);
+  CHECK(mgr.restore_item<BigState>(3, "extra").layers.at(0).w == big_state(1, 10).layers[0].w);
+  CHECK(mgr.restore(3).layers.at(2).w == s.layers[2].w);
+  ckpt::memory_storage_clear("saved");
+}
+
+TEST_CASE("storage: a save to a local directory still stages and renames, for every format") {
+  const BigState s = big_state(2, 1000);
+  test::TempDir tmp;
+  for (const auto& name : writing_formats()) {
+    CAPTURE(name);
+    save_format(name, (tmp / name).string(), ckpt::take_snapshot(s));
+    CHECK(fs::exists(tmp / name));  // (Flax: the file itself)
+    // nothing left beside it: the staging directory was renamed into place
+    std::size_t entries = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(tmp.path())) ++entries;
+    CHECK(entries == static_cast<std::size_t>(&name - writing_formats().data()) + 1);
+    const BigState back = ckpt::restore<BigState>(tmp / name);
+    REQUIRE(back.layers.size() == 2);
+    CHECK(back.layers[1].w == s.layers[1].w);
+  }
+}
 
 #if defined(CKPT_HAVE_S3)
 
@@ -884,6 +997,72 @@ TEST_CASE("storage: one subtree of a 256 MiB Orbax, t5x or safetensors checkpoin
     CHECK(f.requests < 64);
     st->remove(st->list("big/" + name + "/"));
   }
+}
+
+// Parts of 5 MiB and a threshold of 6 MiB: every format's larger objects go up as
+// multipart uploads from the writer's appends (ObjectWriter), nothing through a file.
+TEST_CASE("storage: every format saves to S3 through the storage, nothing on local disk, the marker last") {
+  REQUIRE_S3();
+  auto opts = server.options();
+  opts.part_size = std::size_t{5} << 20;
+  opts.multipart_threshold = std::size_t{6} << 20;
+  ckpt::s3::configure(opts);
+  const BigState s = big_state(4, std::size_t{1} << 21);  // 32 MiB
+  test::TempDir tmp;
+  auto st = ckpt::storage::s3_bucket("bkt");
+  try {
+    for (const auto& name : writing_formats()) {
+      save_without_local_disk(name, "s3://bkt/saved/" + name, s, tmp);
+      st->remove(st->list("saved/" + name + "/"));
+    }
+  } catch (...) {
+    ckpt::s3::configure(server.options());
+    throw;
+  }
+  ckpt::s3::configure(server.options());
+}
+
+TEST_CASE("storage: an S3 object writer uploads parts as the appends come; one not closed leaves nothing") {
+  REQUIRE_S3();
+  auto opts = server.options();
+  opts.part_size = std::size_t{5} << 20;
+  opts.multipart_threshold = std::size_t{6} << 20;
+  opts.connections = 2;  // copies are sent once 10 MiB of them are held
+  ckpt::storage::S3Storage st("bkt", opts);
+  // 23 MiB + 5 bytes from one reused 1 MiB buffer (not stable: the writer copies it)
+  std::vector<std::byte> expect, buffer(std::size_t{1} << 20);
+  {
+    auto w = st.create("writer/big");
+    for (std::size_t i = 0; i < 24; ++i) {
+      const std::size_t n = i == 23 ? 5 : buffer.size();
+      for (std::size_t k = 0; k < n; ++k) buffer[k] = static_cast<std::byte>((i * 7 + k * 13) & 0xff);
+      w->append(std::span(buffer).first(n), false);
+      expect.insert(expect.end(), buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(n));
+    }
+    CHECK_FALSE(st.size("writer/big"));  // not visible before close
+    w->close();
+  }
+  REQUIRE(st.size("writer/big") == std::optional<std::uint64_t>(expect.size()));
+  std::vector<std::byte> back(expect.size());
+  st.get("writer/big", 0, back);
+  CHECK(back == expect);
+  // small and stable: one PUT at close
+  const std::string text = "small object";
+  {
+    auto w = st.create("writer/small");
+    w->append(std::as_bytes(std::span(text)), true);
+    w->close();
+  }
+  CHECK(st.read_all("writer/small", 100) == std::optional(std::vector<std::byte>(
+                                                  std::as_bytes(std::span(text)).begin(), std::as_bytes(std::span(text)).end())));
+  // abandoned after parts went up: the upload is aborted, no object appears
+  {
+    auto w = st.create("writer/abandoned");
+    for (std::size_t i = 0; i < 12; ++i) w->append(buffer, false);
+  }
+  CHECK_FALSE(st.size("writer/abandoned"));
+  st.remove({"writer/big", "writer/small"});
+  CHECK(st.list("writer/").empty());
 }
 
 #endif  // CKPT_HAVE_S3

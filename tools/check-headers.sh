@@ -33,7 +33,7 @@ if CKPT_MPI_CFLAGS=$(pkg-config --cflags mpi-cxx 2>/dev/null); then :; else
 fi
 # Headers that need an optional dependency, as "header:what it includes": checked
 # where that dependency is installed, skipped (and said so) where it is not.
-optional=("ckpt/storage/s3.hpp:curl/curl.h")
+optional=("ckpt/storage/s3.hpp:curl/curl.h" "ckpt/io/http.hpp:curl/curl.h")
 for entry in "${optional[@]}"; do
   h=${entry%%:*} dep=${entry#*:}
   if ! echo "#include <$dep>" | "$cxx" "${flags[@]}" -x c++ -fsyntax-only - >/dev/null 2>&1; then

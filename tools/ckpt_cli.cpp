@@ -432,7 +432,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> readable, writable;
   for (const auto& f : ckpt::registered_formats()) {
     readable.emplace_back(f.name);
-    if (f.write || f.save_file) writable.emplace_back(f.name);
+    if (f.write_to || f.save_file) writable.emplace_back(f.name);
   }
   auto join = [](const std::vector<std::string>& v) {
     std::string s;

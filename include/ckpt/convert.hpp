@@ -105,7 +105,7 @@ CKPT_API void detail::IndexLeafStream::read(std::uint64_t offset, std::span<std:
 
 CKPT_API ConvertResult convert(const std::filesystem::path& src, const std::filesystem::path& dst,
                                const FormatEntry& to, const SaveOptions& opts) {
-  if (!to.write && !to.save_file) throw Error(dst.string(), "", "ckpt cannot write the " + std::string(to.name) + " format");
+  if (!to.write_to && !to.save_file) throw Error(dst.string(), "", "ckpt cannot write the " + std::string(to.name) + " format");
   const std::shared_ptr<const Index> index = open_index(src);
   Snapshot snap;
   snap.type_name = index->info().type_name;

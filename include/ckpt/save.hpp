@@ -25,13 +25,17 @@
 namespace ckpt {
 
 namespace detail {
-using BeforeCommitFn = std::function<void(const std::filesystem::path&)>;
+// What a caller (a manager) adds to the checkpoint before its commit, through the
+// storage as the format does: its metadata, its items.
+using BeforeCommitFn = std::function<void(const storage::Location&)>;
 
 // The publish step every save takes, whatever the format and the type saved: on a local
 // disk, a staging directory the format fills, before_commit adds files to, and that is
 // renamed into place; on an object store (s3://, mem://), the format's objects written
 // through the storage, then before_commit's files, then the commit marker
-// (storage/object_store.hpp).
+// (storage/object_store.hpp). Either way the format writes through the storage concept
+// (FormatEntry::write_to), before_commit too: nothing is written to a local disk for
+// an object store.
 CKPT_API void save_staged(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                           const FormatEntry& format, const BeforeCommitFn& before_commit);
 // Applies the options that change what is saved: save_dtype, then the transform.
@@ -57,8 +61,8 @@ inline bool takes_streams(const FormatEntry& format, const std::filesystem::path
 }  // namespace detail
 
 // Writes an already-taken snapshot; what the async executor calls from its thread.
-// before_commit(staging_dir) may add files (a manager's metrics, items) that then
-// appear atomically with the checkpoint. Every failure is a ckpt::Error naming dir
+// before_commit(location) may add objects (a manager's metrics, items) through the
+// storage, which then appear atomically with the checkpoint. Every failure is a ckpt::Error naming dir
 // (a file in the staging directory is named by its name in the checkpoint).
 template <format_policy Format = native, class BeforeCommit>
 void save_snapshot(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
@@ -83,7 +87,7 @@ inline void save_snapshot(const FormatEntry& format, const std::filesystem::path
   // A single-file format (Flax msgpack, a .safetensors file) commits its file itself; a
   // URL is a directory: the format's directory layout, with a commit marker.
   if (format.save_file && !storage::is_url(dir)) format.save_file(dir, snap, opts);
-  else if (format.write || format.write_to) detail::save_staged(dir, snap, opts, format, nullptr);
+  else if (format.write_to) detail::save_staged(dir, snap, opts, format, nullptr);
   else throw Error(dir.string(), "", "ckpt cannot write the " + std::string(format.name) + " format");
 }
 
@@ -118,9 +122,9 @@ CKPT_API void detail::save_staged(const std::filesystem::path& dir, const Snapsh
   if (storage::find_url_scheme(dir)) {  // s3://, mem://: a commit marker written last
     const storage::Location loc = storage::open_location(dir);
     storage::begin_publish(loc, opts.force);
-    if (format.write_to) format.write_to(snap, loc, opts);
-    else storage::write_as_files(loc, [&](const std::filesystem::path& d) { format.write(snap, d, opts); });
-    if (before_commit) storage::write_as_files(loc, before_commit);
+    const storage::Location writing = storage::writing_location(loc);
+    format.write_to(snap, writing, opts);
+    if (before_commit) before_commit(writing);
     storage::commit(loc);
     return;
   }
@@ -129,9 +133,9 @@ CKPT_API void detail::save_staged(const std::filesystem::path& dir, const Snapsh
     throw Error(dir.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
   io::StagingDir staging(dir);
   io::naming_target(staging.final_path(), staging.path(), [&] {
-    if (format.write) format.write(snap, staging.path(), opts);
-    else format.write_to(snap, storage::directory_location(staging.path(), storage::Publish::in_place), opts);
-    if (before_commit) before_commit(staging.path());
+    const storage::Location writing = storage::directory_location(staging.path(), storage::Publish::in_place);
+    format.write_to(snap, writing, opts);
+    if (before_commit) before_commit(writing);
   });
   staging.commit(opts.force);
 }

@@ -25,6 +25,8 @@
 #include <ckpt/io/kvstore.hpp>
 #include <ckpt/io/staging_dir.hpp>
 #include <ckpt/options.hpp>
+#include <ckpt/storage/posix.hpp>
+#include <ckpt/storage/storage.hpp>
 #include <ckpt/snapshot.hpp>
 
 namespace ckpt {
@@ -32,16 +34,22 @@ namespace ckpt {
 namespace detail::flax {
 namespace fs = std::filesystem;
 
-// progress (SaveOptions::progress) counts the file's bytes, msgpack framing included.
-inline void write_msgpack(const Snapshot& snap, const fs::path& file, const std::string& checkpoint,
+// progress (SaveOptions::progress) counts the object's bytes, msgpack framing included.
+inline void write_msgpack(const Snapshot& snap, storage::ObjectWriter& out, const std::string& checkpoint,
                           const ProgressFn& progress_fn = {}) {
   const detail::interop::SnapNode root = detail::interop::snapshot_tree(snap, checkpoint);
   detail::interop::PieceWriter w;
   if (root.leaf == nullptr && root.children.empty()) w.pk().pack_map(0);
   else detail::interop::write_tree(w, root, checkpoint);
   exec::ProgressTracker progress(progress_fn, w.size(), snap.leaves.size(), checkpoint);
-  w.write_to(file, &progress);
+  w.write_to(out, &progress);
+  out.close();
   progress.finish();
+}
+// The same into a new local file (the temporary file io::publish_file renames).
+inline void write_msgpack(const Snapshot& snap, const fs::path& file, const std::string& checkpoint,
+                          const ProgressFn& progress_fn = {}) {
+  write_msgpack(snap, *storage::file_writer(file), checkpoint, progress_fn);
 }
 
 // Whether the value under key starts as a msgpack map does. Never throws.
@@ -146,8 +154,8 @@ struct FlaxCheckpointOptions {
 struct flax {
   static constexpr const char* name = "flax";
   // Inside a step directory (the manager's layout): the file `checkpoint`, as t5x names it.
-  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o) {
-    detail::flax::write_msgpack(s, dir / "checkpoint", dir.string(), o.progress);
+  static void write_to(const Snapshot& s, const storage::Location& loc, const SaveOptions& o) {
+    detail::flax::write_msgpack(s, *loc.storage->create(loc.key("checkpoint")), loc.url, o.progress);
   }
   // save<flax>(path, state): path is the file itself.
   static void save_file(const std::filesystem::path& file, const Snapshot& s, const SaveOptions& o) {

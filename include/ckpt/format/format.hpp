@@ -1,7 +1,9 @@
 // ckpt/format/format.hpp — what a storage format is: the concepts every format policy meets.
 //
-// A format turns a Snapshot into files and files into an Index; it never sees the C++
-// type being saved. Formats that only read (TensorFlow bundles) meet readable_format;
+// A format turns a Snapshot into objects and objects into an Index; it never sees the
+// C++ type being saved, nor where the objects go: it writes them through the storage
+// concept (a staging directory, S3, memory), and the publish step (save.hpp) makes them
+// a checkpoint. Formats that only read (TensorFlow bundles) meet readable_format;
 // formats that also write meet format_policy and can be given to save<Format> and to
 // the CheckpointManager.
 #pragma once
@@ -13,6 +15,7 @@
 #include <ckpt/index.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
+#include <ckpt/storage/storage.hpp>
 
 namespace ckpt {
 
@@ -31,9 +34,10 @@ concept readable_format = requires(const std::filesystem::path& p) {
 
 template <class F>
 concept format_policy =
-    readable_format<F> && requires(const Snapshot& s, const std::filesystem::path& p, const SaveOptions& o) {
-      // Writes every leaf of s into the staging directory p (which the caller publishes).
-      F::write(s, p, o);
+    readable_format<F> && requires(const Snapshot& s, const storage::Location& l, const SaveOptions& o) {
+      // Writes every leaf of s as objects under l (which the caller publishes), through
+      // l.storage alone: put for small objects, create for streamed ones.
+      F::write_to(s, l, o);
     };
 
 }  // namespace ckpt

@@ -69,9 +69,9 @@ inline bool is_index(const std::string& k) {
   return !k.empty() && k.size() < 10 && k.find_first_not_of("0123456789") == std::string::npos;
 }
 
-inline void write_json(const fs::path& file, const json& j) {
+inline void write_json(const storage::Location& loc, const std::string& name, const json& j) {
   const std::string text = j.dump(2);
-  io::write_file_synced(file, std::as_bytes(std::span(text)));
+  loc.storage->put(loc.key(name), std::as_bytes(std::span(text)));
 }
 
 inline std::uint64_t now_ns() {
@@ -348,11 +348,12 @@ inline std::string process_database(int p) { return "ocdbt.process_" + std::to_s
 // Writes the item's root database from the per-process ones, as Orbax merges them after
 // a multi-process save: every key of every process, small values copied inline, large
 // ones referring to the process's data file (base path "ocdbt.process_<i>/").
-inline void merge_process_databases(const fs::path& item, int processes, const std::string& ckpt) {
+inline void merge_process_databases(const storage::Location& item, int processes, const std::string& ckpt) {
   detail::ocdbt::Writer root(item);
+  const auto kv = std::make_shared<const storage::LocationKv>(item);  // the process databases, as written
   for (int p = 0; p < processes; ++p) {
     const std::string sub = process_database(p) + "/";
-    const auto db = detail::ocdbt::Database::open(item / sub, ckpt);
+    const auto db = detail::ocdbt::Database::open(kv, sub, ckpt);
     for (const auto& [key, v] : db->values()) {
       if (v.file == SIZE_MAX) root.put(key, std::as_bytes(std::span(v.bytes)));
       else root.put_ref(key, sub + db->data_files()[v.file].path, sub.size(), v.offset, v.length);
@@ -377,8 +378,8 @@ struct basic_orbax {
   // chunks sized to SaveOptions::max_memory; strings are never streamed.
   static constexpr bool writes_streams = true;
 
-  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt) {
-    write_any(s, dir, opt, detail::zarr::WritePart{});
+  static void write_to(const Snapshot& s, const storage::Location& loc, const SaveOptions& opt) {
+    write_part(s, loc, opt, detail::zarr::WritePart{});
   }
 
   // What one process writes when several write the checkpoint (zarr/write_part.hpp):
@@ -388,30 +389,21 @@ struct basic_orbax {
   // makes into the item's root database (as Orbax does).
   static void write_part(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt,
                          const detail::zarr::WritePart& part) {
-    write_any(s, dir, opt, part);
+    write_part(s, storage::directory_location(dir, storage::Publish::in_place), opt, part);
   }
-
-  // After every process's write_part: one process merges the per-process databases.
-  static void merge_parts(const std::filesystem::path& dir, int processes) {
-    if constexpr (Layout == orbax_layout::ocdbt)
-      detail::orbax::merge_process_databases(dir / detail::orbax::default_item, processes, dir.string());
-  }
-
- private:
-  static void write_any(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt,
-                        const detail::zarr::WritePart& part) {
+  static void write_part(const Snapshot& s, const storage::Location& loc, const SaveOptions& opt,
+                         const detail::zarr::WritePart& part) {
     namespace od = detail::orbax;
     constexpr bool use_ocdbt = Layout == orbax_layout::ocdbt;
-    const std::string ckpt = dir.string();
-    const auto item = dir / od::default_item;
-    std::filesystem::create_directories(item);
+    const std::string ckpt = loc.url;
+    const storage::Location item = loc.child(od::default_item);
     detail::zarr::json tree = detail::zarr::json::object(), strings = detail::zarr::json::object();
     std::set<std::string> names;
     exec::ProgressTracker progress(opt.progress, detail::zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
     std::optional<detail::ocdbt::Writer> db;
     // Each process its own database, merged into the root one afterwards (by merge_parts
     // after a multi-process save, below after a whole one): Orbax's layout, one process or many.
-    if constexpr (use_ocdbt) db.emplace(item / od::process_database(part.process));
+    if constexpr (use_ocdbt) db.emplace(item.child(od::process_database(part.process)));
     for (std::size_t i = 0; i < s.leaves.size(); ++i) {
       const SnapshotLeaf& l = s.leaves[i];
       std::string name;
@@ -437,7 +429,7 @@ struct basic_orbax {
         auto meta = detail::zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
         meta.min_saving_percent = MinSavingPercent;
         if constexpr (use_ocdbt) od::put_array_part(*db, name, meta, l.data, part.regions_of(i, meta), part.metadata, &progress);
-        else detail::zarr::write_leaf_part(item / name, meta, part, i, l, &progress);
+        else detail::zarr::write_leaf_part(item.child(name), meta, part, i, l, &progress);
         // Orbax's write_shape: a shard's shape (rank 0's box of a Sharded leaf), else the whole
         value_meta["write_shape"] = l.data.shape;
       }
@@ -455,26 +447,35 @@ struct basic_orbax {
       progress.finish();
       return;
     }
-    if (!strings.empty()) od::write_json(item / od::strings_file, strings);
-    od::write_json(item / od::tree_metadata, {{"tree_metadata", tree},
+    if (!strings.empty()) od::write_json(item, od::strings_file, strings);
+    od::write_json(item, od::tree_metadata, {{"tree_metadata", tree},
                                               {"use_ocdbt", use_ocdbt},
                                               {"use_zarr3", false},
                                               {"store_array_data_equal_to_fill_value", true},
                                               {"custom_metadata", nullptr}});
     const auto t = od::now_ns();
-    od::write_json(dir / od::checkpoint_metadata,
+    od::write_json(loc, od::checkpoint_metadata,
                    {{"item_handlers", {{od::default_item, "orbax.checkpoint._src.handlers.pytree_checkpoint_handler.PyTreeCheckpointHandler"}}},
                     {"metrics", detail::zarr::json::object()},
                     {"performance_metrics", detail::zarr::json::object()},
                     {"init_timestamp_nsecs", t},
                     {"commit_timestamp_nsecs", t},
                     {"custom_metadata", detail::zarr::json::object()}});
+    // (on an object store the publish step holds this back and writes its own, last)
     const std::string ok = "Checkpoint commit was successful to " + ckpt;
-    io::write_file_synced(dir / od::commit_file, std::as_bytes(std::span(ok)));
+    loc.storage->put(loc.key(od::commit_file), std::as_bytes(std::span(ok)));
     progress.finish();
   }
 
  public:
+  // After every process's write_part: one process merges the per-process databases.
+  static void merge_parts(const std::filesystem::path& dir, int processes) {
+    if constexpr (Layout == orbax_layout::ocdbt)
+      detail::orbax::merge_process_databases(
+          storage::directory_location(dir / detail::orbax::default_item, storage::Publish::in_place), processes,
+          dir.string());
+  }
+
   static bool detect_in(const io::KvStore& kv) {
     namespace od = detail::orbax;
     if (kv.contains(od::tree_metadata) || kv.contains("orbax.checkpoint") || od::is_ocdbt_item(kv)) return true;

@@ -54,11 +54,10 @@ struct FormatEntry {
   bool (*detect_in)(const io::KvStore&) = nullptr;
   std::shared_ptr<const Index> (*open_in)(std::shared_ptr<const io::KvStore>, const std::string& checkpoint) = nullptr;
   std::shared_ptr<const Index> (*open_location)(const storage::Location&) = nullptr;
-  // Writing, for formats that can (null for read-only ones): write fills a staging
-  // directory (save.hpp publishes it); write_to writes its objects through the storage
-  // concept (an object store's place; save.hpp commits it); save_file, for single-file
-  // formats, writes and publishes the file itself.
-  void (*write)(const Snapshot&, const std::filesystem::path&, const SaveOptions&) = nullptr;
+  // Writing, for formats that can (null for read-only ones): write_to writes the
+  // format's objects through the storage concept, wherever the checkpoint goes (a
+  // staging directory, S3, memory); save.hpp publishes them. save_file, for single-file
+  // formats, writes and publishes a local file itself.
   void (*write_to)(const Snapshot&, const storage::Location&, const SaveOptions&) = nullptr;
   void (*save_file)(const std::filesystem::path&, const Snapshot&, const SaveOptions&) = nullptr;
   // Whether the writer takes streamed leaves (LeafBytes::stream), reading each through a
@@ -76,7 +75,6 @@ template <class F>
 FormatEntry writer_entry() {
   FormatEntry e;
   e.name = F::name;
-  if constexpr (requires { &F::write; }) e.write = &F::write;
   if constexpr (requires { &F::write_to; }) e.write_to = &F::write_to;
   if constexpr (requires { &F::save_file; }) e.save_file = &F::save_file;
   if constexpr (requires { F::writes_streams; }) e.writes_streams = F::writes_streams;

@@ -118,15 +118,18 @@ inline std::map<std::string, std::string> default_metadata(const Snapshot& snap)
   return m;
 }
 
-// Writes one file holding leaves (already ordered) to `file` (a new file), fsynced.
-// Streamed leaves (LeafStream) are read through one buffer of stream_buffer bytes;
-// progress (SaveOptions::progress), when given, hears of every MiB.
-inline void write_file(const fs::path& file, const std::vector<const SnapshotLeaf*>& leaves,
+// Writes one file holding leaves (already ordered) through `out`, and closes it (a
+// file: written as the pieces come, fsynced at close; an object store: uploaded).
+// The leaves' own memory goes out as it is; streamed leaves (LeafStream) are read
+// through one buffer of stream_buffer bytes. progress (SaveOptions::progress), when
+// given, hears of every piece.
+inline void write_file(storage::ObjectWriter& out, const std::vector<const SnapshotLeaf*>& leaves,
                        const std::map<std::string, std::string>& metadata, const std::string& checkpoint,
                        std::size_t stream_buffer = std::size_t{16} << 20, exec::ProgressTracker* progress = nullptr) {
   json h = json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   std::uint64_t at = 0;
+  std::uint64_t total = 0;
   for (const SnapshotLeaf* l : leaves) {
     const std::string name = tensor_name(l->path, checkpoint);
     if (h.contains(name)) throw Error(checkpoint, l->path.str(), "two leaves have the tensor name " + quote_for_message(name));
@@ -134,6 +137,7 @@ inline void write_file(const fs::path& file, const std::vector<const SnapshotLea
     h[name] = {{"dtype", *name_of(l->data.type)}, {"shape", l->data.shape}, {"data_offsets", {at, at + n}}};
     at += n;
   }
+  total = at;
   std::string header;
   try {
     header = h.dump();
@@ -144,34 +148,27 @@ inline void write_file(const fs::path& file, const std::vector<const SnapshotLea
   std::byte len[8];
   const std::uint64_t hl = header.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<std::byte>((hl >> (8 * i)) & 0xff);
-  // Written in pieces with writeback started every 32 MiB, as the native writer does:
-  // the disk then works while later pieces are copied, instead of all at the final fsync.
+  out.expect_size(8 + hl + total);
+  // (the header and the leaves' memory stay valid until out is closed, below)
   namespace nd = detail::native;
-  io::File f = io::File::create(file);
-  std::vector<iovec> batch{{len, 8}, {header.data(), header.size()}};
+  std::vector<storage::ConstBytes> batch{storage::ConstBytes(len, 8), std::as_bytes(std::span(header))};
   std::size_t batch_bytes = 8 + header.size();
-  std::uint64_t written = 0, flushed = 0;
-  auto flush_batch = [&] {
-    io::write_all(f, std::move(batch), file);
+  auto flush_batch = [&](bool stable) {
+    out.append(batch, stable);
     batch.clear();
-    written += std::exchange(batch_bytes, 0);
-    if (written - flushed >= io::writeback_chunk) {
-      io::start_writeback(f, flushed, written - flushed);
-      flushed = written;
-    }
+    batch_bytes = 0;
   };
   std::vector<std::byte> buffer;  // for streamed leaves, allocated at the first
   for (const SnapshotLeaf* l : leaves) {
     if (const auto& stream = l->data.stream) {
-      if (!batch.empty()) flush_batch();  // what is queued goes out before the buffer is reused
+      if (!batch.empty()) flush_batch(true);  // what is queued goes out before the buffer is reused
       if (buffer.empty()) buffer.resize(std::max<std::size_t>(stream_buffer, 4096));
       const std::uint64_t length = stream->size();
       for (std::uint64_t done = 0; done < length;) {
         const auto part = std::span(buffer).first(static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), length - done)));
         stream->read(done, part);
-        batch.push_back({part.data(), part.size()});
-        batch_bytes += part.size();
-        flush_batch();
+        batch.push_back(part);
+        flush_batch(false);  // the buffer is reused: a writer that keeps it copies it
         done += part.size();
         if (progress) progress->add(part.size(), 0);
       }
@@ -181,15 +178,15 @@ inline void write_file(const fs::path& file, const std::vector<const SnapshotLea
     const auto bytes = l->data.view;
     for (std::size_t done = 0; done < bytes.size(); done += nd::write_piece) {
       const std::size_t n = std::min(nd::write_piece, bytes.size() - done);
-      batch.push_back({const_cast<std::byte*>(bytes.data() + done), n});
+      batch.push_back(bytes.subspan(done, n));
       batch_bytes += n;
-      if (batch.size() >= 512 || batch_bytes >= nd::write_piece) flush_batch();
+      if (batch.size() >= 512 || batch_bytes >= nd::write_piece) flush_batch(true);
       if (progress) progress->add(n, 0);
     }
     if (progress) progress->add(0, 1);
   }
-  if (!batch.empty()) flush_batch();
-  f.sync(file);
+  if (!batch.empty()) flush_batch(true);
+  out.close();
 }
 
 inline std::string shard_name(std::size_t i, std::size_t n) {
@@ -198,14 +195,14 @@ inline std::string shard_name(std::size_t i, std::size_t n) {
   return buf;
 }
 
-// Fills the directory dir: one model.safetensors, or shards of at most max_shard_bytes
-// of tensor data each (a larger tensor gets a shard of its own) and the index.
-inline void write_dir(const Snapshot& snap, const fs::path& dir, std::uint64_t max_shard_bytes,
+// Writes under loc one model.safetensors, or shards of at most max_shard_bytes of
+// tensor data each (a larger tensor gets a shard of its own) and the index.
+inline void write_dir(const Snapshot& snap, const storage::Location& loc, std::uint64_t max_shard_bytes,
                       const std::map<std::string, std::string>& metadata, const std::string& checkpoint,
                       std::size_t stream_buffer = std::size_t{16} << 20, exec::ProgressTracker* progress = nullptr) {
   const auto leaves = ordered_leaves(snap, checkpoint);
   if (max_shard_bytes == 0 || snap.total_bytes() <= max_shard_bytes) {
-    write_file(dir / single_file, leaves, metadata, checkpoint, stream_buffer, progress);
+    write_file(*loc.storage->create(loc.key(single_file)), leaves, metadata, checkpoint, stream_buffer, progress);
     return;
   }
   std::vector<std::vector<const SnapshotLeaf*>> shards(1);
@@ -222,7 +219,7 @@ inline void write_dir(const Snapshot& snap, const fs::path& dir, std::uint64_t m
   json weight_map = json::object();
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const std::string fname = shard_name(i, shards.size());
-    write_file(dir / fname, shards[i], metadata, checkpoint, stream_buffer, progress);
+    write_file(*loc.storage->create(loc.key(fname)), shards[i], metadata, checkpoint, stream_buffer, progress);
     for (const SnapshotLeaf* l : shards[i]) weight_map[tensor_name(l->path, checkpoint)] = fname;
   }
   const json index = {{"metadata", {{"total_size", snap.total_bytes()}}}, {"weight_map", weight_map}};
@@ -232,7 +229,7 @@ inline void write_dir(const Snapshot& snap, const fs::path& dir, std::uint64_t m
   } catch (const json::exception&) {
     throw Error(checkpoint, "", "a tensor name is not valid UTF-8, which the JSON index needs");
   }
-  io::write_file_synced(dir / index_file, std::as_bytes(std::span(text.data(), text.size())));
+  loc.storage->put(loc.key(index_file), std::as_bytes(std::span(text.data(), text.size())));
 }
 
 // ---- reading -----------------------------------------------------------------
@@ -555,10 +552,11 @@ struct safetensors {
   // Writes streamed leaves (ckpt::convert) through a buffer within o.max_memory.
   static constexpr bool writes_streams = true;
 
-  // Inside a staging directory (the manager's step, save<safetensors>("dir", ...)).
-  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& o) {
-    exec::ProgressTracker progress(o.progress, s.total_bytes(), s.leaves.size(), dir.string());
-    detail::safetensors::write_dir(s, dir, o.max_shard_bytes, detail::safetensors::default_metadata(s), dir.string(),
+  // A checkpoint directory or prefix (the manager's step, save<safetensors>("dir", ...),
+  // an s3:// or mem:// URL).
+  static void write_to(const Snapshot& s, const storage::Location& loc, const SaveOptions& o) {
+    exec::ProgressTracker progress(o.progress, s.total_bytes(), s.leaves.size(), loc.url);
+    detail::safetensors::write_dir(s, loc, o.max_shard_bytes, detail::safetensors::default_metadata(s), loc.url,
                                    detail::native::stream_buffer_bytes(o, 1), &progress);
     progress.finish();
   }
@@ -570,8 +568,8 @@ struct safetensors {
       const auto leaves = detail::safetensors::ordered_leaves(s, path.string());
       exec::ProgressTracker progress(o.progress, s.total_bytes(), s.leaves.size(), path.string());
       io::publish_file(path, o.force, [&](const std::filesystem::path& tmp) {
-        detail::safetensors::write_file(tmp, leaves, detail::safetensors::default_metadata(s), path.string(),
-                                        detail::native::stream_buffer_bytes(o, 1), &progress);
+        detail::safetensors::write_file(*storage::file_writer(tmp), leaves, detail::safetensors::default_metadata(s),
+                                        path.string(), detail::native::stream_buffer_bytes(o, 1), &progress);
       });
       progress.finish();
       return;
@@ -580,7 +578,7 @@ struct safetensors {
     if (!o.force && std::filesystem::exists(path, ec))
       throw Error(path.string(), "", "a checkpoint already exists here (pass .force = true to overwrite)");
     io::StagingDir staging(path);
-    write(s, staging.path(), o);
+    write_to(s, storage::directory_location(staging.path(), storage::Publish::in_place), o);
     staging.commit(o.force);
   }
 
@@ -589,7 +587,7 @@ struct safetensors {
                                       const std::map<std::string, std::string>& metadata, bool force = false) {
     const auto leaves = detail::safetensors::ordered_leaves(s, file.string());
     io::publish_file(file, force, [&](const std::filesystem::path& tmp) {
-      detail::safetensors::write_file(tmp, leaves, metadata, file.string());
+      detail::safetensors::write_file(*storage::file_writer(tmp), leaves, metadata, file.string());
     });
   }
 

@@ -160,8 +160,8 @@ struct basic_t5x {
   // chunks sized to SaveOptions::max_memory; scalars (in msgpack) are never streamed.
   static constexpr bool writes_streams = true;
 
-  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt) {
-    write_part(s, dir, opt, detail::zarr::WritePart{});
+  static void write_to(const Snapshot& s, const storage::Location& loc, const SaveOptions& opt) {
+    write_part(s, loc, opt, detail::zarr::WritePart{});
   }
 
   // What one process writes when several write the checkpoint (zarr/write_part.hpp):
@@ -169,7 +169,11 @@ struct basic_t5x {
   // the msgpack `checkpoint` (rank 0's scalars: every rank holds the same).
   static void write_part(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt,
                          const detail::zarr::WritePart& part) {
-    const std::string ckpt = dir.string();
+    write_part(s, storage::directory_location(dir, storage::Publish::in_place), opt, part);
+  }
+  static void write_part(const Snapshot& s, const storage::Location& loc, const SaveOptions& opt,
+                         const detail::zarr::WritePart& part) {
+    const std::string ckpt = loc.url;
     const detail::interop::SnapNode root = detail::interop::snapshot_tree(s, ckpt);
     std::set<std::string> names;
     exec::ProgressTracker progress(opt.progress, detail::zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
@@ -184,7 +188,7 @@ struct basic_t5x {
                     "two leaves map to the same t5x array directory " + quote_for_message(name));
       const auto i = static_cast<std::size_t>(&l - s.leaves.data());
       const detail::zarr::ArrayMeta m = detail::zarr::part_meta(part, i, l, C, Level, opt.max_memory, ckpt);
-      detail::zarr::write_leaf_part(dir / name, m, part, i, l, &progress);
+      detail::zarr::write_leaf_part(loc.child(name), m, part, i, l, &progress);
       progress.add(0, 1);
       const detail::zarr::json spec = {
           {"driver", "zarr"},
@@ -200,7 +204,11 @@ struct basic_t5x {
     w.str("optimizer");
     if (root.leaf == nullptr && root.children.empty()) w.pk().pack_map(0);
     else detail::interop::write_tree(w, root, ckpt, hook);
-    if (part.metadata) w.write_to(dir / "checkpoint");
+    if (part.metadata) {
+      const auto out = loc.storage->create(loc.key("checkpoint"));
+      w.write_to(*out);
+      out->close();
+    }
     progress.finish();  // the scalars, in the msgpack file just written
   }
 

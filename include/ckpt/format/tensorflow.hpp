@@ -83,7 +83,7 @@ using detail::tf::Rule;
 using detail::tf::rules;
 using detail::tf::Translator;
 using detail::tf::variable_name;
-}  // namespace tf
+}  // namespace detail::tf
 
 // After the formats that write (their directories may hold files named `checkpoint`).
 #if CKPT_DEFINE_API  // else the library registers it (format/registry.hpp)

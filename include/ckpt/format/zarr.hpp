@@ -29,9 +29,9 @@ namespace detail::zarr {
 inline constexpr int max_depth = 64;
 inline constexpr std::size_t max_nodes = std::size_t{1} << 20;
 
-inline void write_zgroup(const fs::path& dir) {
+inline void write_zgroup(const storage::Location& group) {
   static const std::string text = "{\n    \"zarr_format\": 2\n}";
-  io::write_file_synced(dir / ".zgroup", std::as_bytes(std::span(text)));
+  group.storage->put(group.key(".zgroup"), std::as_bytes(std::span(text)));
 }
 
 inline bool is_file(const fs::path& p) {
@@ -74,32 +74,31 @@ inline void read_group(detail::interop::IndexBuilder& b, const std::shared_ptr<c
   if (!any && !p.empty()) b.add_none(p);
 }
 
-// Writes one leaf as an array at dir (dir must not exist); throws for strings.
+// Writes one leaf as an array under `array` (nothing there yet); throws for strings.
 // Chunks are sized to max_memory (SaveOptions; 0: 64 MiB).
-inline void write_leaf(const fs::path& dir, const SnapshotLeaf& l, io::codec c, int level, const std::string& checkpoint,
+inline void write_leaf(const storage::Location& array, const SnapshotLeaf& l, io::codec c, int level, const std::string& checkpoint,
                        std::uint64_t max_memory, exec::ProgressTracker* progress = nullptr) {
   if (l.data.type == dtype::string)
     throw Error(checkpoint, l.path.str(), "a string leaf has no zarr v2 representation (save it in another format)");
   const ArrayMeta m = meta_for(l.data.type, l.data.shape, c, level, chunk_target(max_memory));
   check_chunk_budget(m, max_memory, checkpoint, l.path.str());
-  write_array(dir, m, l.data, progress);
+  write_array(array, m, l.data, progress);
   if (progress) progress->add(0, 1);
 }
 
-inline void write_node(const fs::path& dir, const detail::interop::SnapNode& n, io::codec c, int level,
+inline void write_node(const storage::Location& dir, const detail::interop::SnapNode& n, io::codec c, int level,
                        const std::string& checkpoint, const Path& p, std::uint64_t max_memory,
                        exec::ProgressTracker* progress = nullptr) {
   if (n.leaf && n.leaf->data.type != dtype::none) {
     write_leaf(dir, *n.leaf, c, level, checkpoint, max_memory, progress);
     return;
   }
-  fs::create_directory(dir);
   write_zgroup(dir);
   for (const auto& [k, child] : n.children) {
     if (!safe_name(k) || k[0] == '.')
       throw Error(checkpoint, p.child(k).str(), "key " + quote_for_message(k) +
                                                     " cannot be a zarr directory name");
-    write_node(dir / k, *child, c, level, checkpoint, p.child(k), max_memory, progress);
+    write_node(dir.child(k), *child, c, level, checkpoint, p.child(k), max_memory, progress);
   }
 }
 
@@ -111,15 +110,15 @@ struct basic_zarr_v2 {
   // Arrays are written a chunk at a time, from memory or streamed (ckpt::convert),
   // chunks sized to SaveOptions::max_memory.
   static constexpr bool writes_streams = true;
-  static void write(const Snapshot& s, const std::filesystem::path& dir, const SaveOptions& opt) {
-    const detail::interop::SnapNode root = detail::interop::snapshot_tree(s, dir.string());
-    exec::ProgressTracker progress(opt.progress, s.total_bytes(), s.leaves.size(), dir.string());  // chunk by chunk
-    detail::zarr::write_zgroup(dir);
-    if (root.leaf) throw Error(dir.string(), "", "a single-leaf value cannot be a zarr group; wrap it in a struct");
+  static void write_to(const Snapshot& s, const storage::Location& loc, const SaveOptions& opt) {
+    const detail::interop::SnapNode root = detail::interop::snapshot_tree(s, loc.url);
+    exec::ProgressTracker progress(opt.progress, s.total_bytes(), s.leaves.size(), loc.url);  // chunk by chunk
+    if (root.leaf) throw Error(loc.url, "", "a single-leaf value cannot be a zarr group; wrap it in a struct");
+    detail::zarr::write_zgroup(loc);
     for (const auto& [k, child] : root.children) {
       if (!detail::zarr::safe_name(k) || k[0] == '.')
-        throw Error(dir.string(), k, "key cannot be a zarr directory name");
-      detail::zarr::write_node(dir / k, *child, C, Level, dir.string(), Path({k}), opt.max_memory, &progress);
+        throw Error(loc.url, k, "key cannot be a zarr directory name");
+      detail::zarr::write_node(loc.child(k), *child, C, Level, loc.url, Path({k}), opt.max_memory, &progress);
     }
     progress.finish();  // the empty nodes (None), which write no array
   }

@@ -165,6 +165,19 @@ inline StaleStaging remove_stale_staging(const fs::path& parent, std::string_vie
   return out;
 }
 
+// Makes the names in dir and in every directory below it durable (the files' bytes are
+// each writer's to sync): what the formats create in a staging directory, however deep.
+inline void sync_tree(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::error_code e2;
+    if (it->is_directory(e2) && !it->is_symlink(e2)) sync_dir(it->path());
+  }
+  if (ec) throw Error(dir.string(), "", "cannot list the staging directory: " + ec.message());
+  sync_dir(dir);
+}
+
 class StagingDir {
  public:
   explicit StagingDir(fs::path final_dir) : final_(std::move(final_dir)) {
@@ -204,7 +217,7 @@ class StagingDir {
   // Makes the staged directory visible as final_path(). With replace, an existing
   // directory there is swapped out atomically and then deleted.
   void commit(bool replace) {
-    sync_dir(tmp_);
+    sync_tree(tmp_);
     rename_into_place(tmp_, final_, replace);
     committed_ = true;
     lock_.close();

@@ -488,11 +488,11 @@ class CheckpointManager {
           write.incremental_base = steps_.empty() ? std::filesystem::path() : root_ / steps_.rbegin()->second.name;
         }
       }
-      write.in_staging = [&](const std::filesystem::path& staging) {
+      write.in_staging = [&](const storage::Location& staging) {
         detail::manager::write_items<format_type>(staging, job.items, opts);
       };
       // The metadata goes in last, with the figures of the write so far.
-      write.before_commit = [&](const std::filesystem::path& staging) {
+      write.before_commit = [&](const storage::Location& staging) {
         job.stats.write_seconds = seconds();
         job.metadata.save_stats = job.stats.to_json();
         job.metadata.commit_timestamp_nsecs = detail::manager::now_nsecs();

@@ -40,6 +40,8 @@
 #include <ckpt/migrate.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/restore.hpp>
+#include <ckpt/storage/posix.hpp>
+#include <ckpt/storage/storage.hpp>
 #include <ckpt/save.hpp>
 #include <ckpt/snapshot.hpp>
 
@@ -58,10 +60,10 @@ struct StepWrite {
   // unchanged leaves are linked (empty: none yet). Unset: write everything.
   std::optional<std::filesystem::path> incremental_base;
   // On every process, into the staging directory once its share is written: its items.
-  std::function<void(const std::filesystem::path& staging)> in_staging;
+  std::function<void(const storage::Location& staging)> in_staging;
   // On rank 0, after in_staging and before the commit: the step metadata, with the
   // figures so far.
-  std::function<void(const std::filesystem::path& staging)> before_commit;
+  std::function<void(const storage::Location& staging)> before_commit;
   // This process's figures; an incremental write fills in its share before
   // before_commit runs.
   SaveStats* stats = nullptr;
@@ -107,7 +109,7 @@ struct one_process {
   template <class Format>
   void save_step(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                  const detail::manager::StepWrite& w) const {
-    const auto hooks = [&](const std::filesystem::path& staging) {
+    const auto hooks = [&](const storage::Location& staging) {
       w.in_staging(staging);
       w.before_commit(staging);
     };
@@ -116,7 +118,7 @@ struct one_process {
         detail::incremental::save_staged(dir, snap, opts, *w.incremental_base,
                                          [&](const std::filesystem::path& staging, const detail::incremental::WriteResult& r) {
                                            w.took(r.bytes_written, r.bytes_linked, r.leaves_linked);
-                                           hooks(staging);
+                                           hooks(storage::directory_location(staging, storage::Publish::in_place));
                                          });
         return;
       }

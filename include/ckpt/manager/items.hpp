@@ -24,6 +24,8 @@
 
 #include <ckpt/io/untrusted.hpp>
 #include <ckpt/error.hpp>
+#include <ckpt/format/format.hpp>
+#include <ckpt/storage/storage.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
@@ -139,28 +141,21 @@ nlohmann::json read_item_json(const std::filesystem::path& file, Read&& read) {
   return ckpt::detail::parse_json(bytes, file.string(), "", "item");
 }
 
-// Writes every item into <step_dir>/items/, durably; step_dir is still a staging directory.
+// Writes every item under <step>/items/ through the storage (the step is still a
+// staging directory, or an object-store prefix without its commit marker): a tree item
+// in the step's format, a JSON item as one object.
 template <class Format>
-void write_items(const std::filesystem::path& step_dir, const Items& items, const SaveOptions& opts) {
-  if (items.empty()) return;
-  const auto dir = step_dir / items_dir;
-  std::error_code ec;
-  std::filesystem::create_directory(dir, ec);
-  if (ec) throw Error(dir.string(), "", "cannot create the items directory: " + ec.message());
+void write_items(const storage::Location& step, const Items& items, const SaveOptions& opts) {
+  const storage::Location dir = step.child(items_dir);
   for (const auto& [name, item] : items) {
-    check_item_name(step_dir, name);
+    check_item_name(step.url, name);
     if (item.type() == Item::kind::tree) {
-      const auto sub = dir / name;
-      std::filesystem::create_directory(sub, ec);
-      if (ec) throw Error(sub.string(), "", "cannot create the item's directory: " + ec.message());
-      Format::write(item.snapshot(), sub, opts);
-      io::sync_dir(sub);
+      Format::write_to(item.snapshot(), dir.child(name), opts);
     } else {
       const std::string text = item.json_value().dump(1);
-      io::write_file_synced(dir / (name + ".json"), std::as_bytes(std::span(text)));
+      dir.storage->put(dir.key(name + ".json"), std::as_bytes(std::span(text)));
     }
   }
-  io::sync_dir(dir);
 }
 
 }  // namespace detail::manager

@@ -36,6 +36,7 @@
 #include <ckpt/error.hpp>
 #include <ckpt/io/file.hpp>
 #include <ckpt/retain/record.hpp>
+#include <ckpt/storage/storage.hpp>
 
 namespace ckpt::detail::manager {
 
@@ -120,21 +121,20 @@ inline Metrics parse_metrics_item(const std::vector<std::byte>& bytes, const std
   return out;
 }
 
-// Writes <dir>/_CHECKPOINT_METADATA into a staging directory. A format that writes
-// the same file itself (ckpt::orbax, whose layout it is) keeps its keys; the
-// manager's keys are merged over them. In Orbax's layout (the format's file has
-// item_handlers) the metrics go where Orbax 0.11 writes them: the item
+// Writes <step>/_CHECKPOINT_METADATA through the storage, into a step not yet
+// committed (a staging directory, an object-store prefix without its marker). A
+// format that writes the same file itself (ckpt::orbax, whose layout it is) keeps its
+// keys; the manager's keys are merged over them. In Orbax's layout (the format's file
+// has item_handlers) the metrics go where Orbax 0.11 writes them: the item
 // metrics/metrics, named in item_handlers, with "metrics": {} and an empty
 // custom_metadata object left as the format wrote them.
-inline void write_step_metadata(const std::filesystem::path& dir, const StepMetadata& m) {
-  const std::filesystem::path file = dir / step_metadata_file;
+inline void write_step_metadata(const storage::Location& step, const StepMetadata& m) {
+  const std::string key = step.key(step_metadata_file);
   nlohmann::json out = to_json(m);
-  std::error_code ec;
-  if (std::filesystem::exists(file, ec)) {
-    const auto bytes = io::read_file(file, max_step_metadata_bytes);
+  if (const auto bytes = step.storage->read_all(key, max_step_metadata_bytes)) {
     nlohmann::json merged;
     try {
-      merged = detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dir.string(), "",
+      merged = detail::parse_json({reinterpret_cast<const char*>(bytes->data()), bytes->size()}, step.url, "",
                                   step_metadata_file);
     } catch (const Error&) {  // not the format's JSON after all: the manager's replaces it
     }
@@ -147,22 +147,19 @@ inline void write_step_metadata(const std::filesystem::path& dir, const StepMeta
         for (const auto& [k, v] : m.metrics)
           if (std::isfinite(v)) item[k] = v;
         if (!item.empty()) {  // as Orbax: no metrics, no item
-          const auto item_dir = dir / orbax_metrics_item;
-          std::filesystem::create_directory(item_dir, ec);
-          if (ec) throw Error(item_dir.string(), "", "cannot create the metrics item: " + ec.message());
           const std::string text = item.dump();
-          io::write_file_synced(item_dir / orbax_metrics_files[0], std::as_bytes(std::span(text)));
-          io::sync_dir(item_dir);
+          step.storage->put(step.key(std::string(orbax_metrics_item) + "/" + orbax_metrics_files[0]),
+                            std::as_bytes(std::span(text)));
           (*handlers)[orbax_metrics_item] = orbax_metrics_handler;
         }
       }
       merged.update(out);
       out = std::move(merged);
     }
-    std::filesystem::remove(file);  // the staging directory is not visible yet: no reader sees the gap
+    step.storage->remove({key});  // the step is not visible yet: no reader sees the gap
   }
   const std::string text = out.dump(1);
-  io::write_file_synced(file, std::as_bytes(std::span(text)));
+  step.storage->put(key, std::as_bytes(std::span(text)));
 }
 
 // A 64-bit integer field of untrusted JSON: an integer in range, or a float holding one

@@ -31,6 +31,8 @@
 #include <ckpt/mpi/comm.hpp>
 #include <ckpt/mpi/restore.hpp>
 #include <ckpt/mpi/save.hpp>
+#include <ckpt/storage/posix.hpp>
+#include <ckpt/storage/storage.hpp>
 
 namespace ckpt::mpi {
 
@@ -141,6 +143,11 @@ class ranks {
     return out;
   }
 
+  // A staging directory as the manager's hooks write through it.
+  static storage::Location in_directory(const std::filesystem::path& staging) {
+    return storage::directory_location(staging, storage::Publish::in_place);
+  }
+
   template <class Format>
   void save_step(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                  const ckpt::detail::manager::StepWrite& w) const {
@@ -155,12 +162,15 @@ class ranks {
           comm_, dir, snap, opts,
           [&](const std::filesystem::path& staging) {  // rank 0, its figures known by now
             took();
-            w.before_commit(staging);
+            w.before_commit(in_directory(staging));
           },
-          w.in_staging, incremental ? &*incremental : nullptr);
+          [&](const std::filesystem::path& staging) { w.in_staging(in_directory(staging)); },
+          incremental ? &*incremental : nullptr);
       took();  // every rank
     } else {
-      detail::save_zarr_parts<Format>(comm_, dir, snap, opts, w.before_commit, w.in_staging);
+      detail::save_zarr_parts<Format>(
+          comm_, dir, snap, opts, [&](const std::filesystem::path& staging) { w.before_commit(in_directory(staging)); },
+          [&](const std::filesystem::path& staging) { w.in_staging(in_directory(staging)); });
     }
   }
 

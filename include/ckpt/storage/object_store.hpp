@@ -10,21 +10,22 @@
 // first, then the old objects, then writes the new ones: a reader sees the old
 // checkpoint, nothing, or the new one, never a mix.
 //
-// The publish step (save.hpp) calls begin_publish, lets the format write its objects
-// through the Storage, then commit; open_index (format/registry.hpp) calls
-// require_committed before a format reads. Neither knows which format it publishes.
+// The publish step (save.hpp) calls begin_publish, lets the format (and a manager's
+// before_commit) write their objects through the Storage (writing_location: a commit
+// marker of the format's own held back), then commit; open_index (format/registry.hpp)
+// calls require_committed before a format reads. Neither knows which format it
+// publishes, and nothing goes through a local file.
 #pragma once
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <ckpt/error.hpp>
-#include <ckpt/io/file.hpp>
-#include <ckpt/io/mapped_file.hpp>
-#include <ckpt/io/staging_dir.hpp>
 #include <ckpt/storage/storage.hpp>
 
 namespace ckpt::storage {
@@ -67,52 +68,53 @@ inline void require_committed(const Location& loc) {
 
 namespace detail {
 
-// A local scratch directory for what callers write as files (a manager's metadata and
-// items), uploaded before the commit marker; removed on destruction.
-class ScratchDir {
+// The storage a format writes a checkpoint on an object store through: every call goes
+// to the real one, except the commit marker at the checkpoint's own prefix, which is
+// the publish step's to write, last (Orbax's writer writes one of its own; on a local
+// disk it is a file like any other).
+class MarkerHeldBack final : public Storage {
  public:
-  ScratchDir() {
-    std::error_code ec;
-    path_ = std::filesystem::temp_directory_path(ec) / ("ckpt-upload-" + io::random_suffix());
-    if (ec || !std::filesystem::create_directories(path_, ec))
-      throw Error(path_.string(), "", "cannot create a scratch directory: " + ec.message());
+  MarkerHeldBack(std::shared_ptr<Storage> base, std::string marker) : base_(std::move(base)), marker_(std::move(marker)) {}
+  std::string root_url() const override { return base_->root_url(); }
+  using Storage::put;
+  void put(const std::string& key, std::span<const ConstBytes> pieces) override {
+    if (key != marker_) base_->put(key, pieces);
   }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+  std::unique_ptr<ObjectWriter> create(const std::string& key) override {
+    if (key == marker_) return std::make_unique<Dropped>();
+    return base_->create(key);
   }
-  const std::filesystem::path& path() const noexcept { return path_; }
+  void get(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const override {
+    base_->get(key, offset, dst);
+  }
+  void get_many(std::span<const ReadSegment> segments) const override { base_->get_many(segments); }
+  std::optional<std::uint64_t> size(const std::string& key) const override { return base_->size(key); }
+  std::optional<std::vector<std::byte>> read_all(const std::string& key, std::uint64_t max_bytes) const override {
+    return base_->read_all(key, max_bytes);
+  }
+  std::vector<std::string> list(const std::string& prefix) const override { return base_->list(prefix); }
+  std::vector<Listed> list_sizes(const std::string& prefix) const override { return base_->list_sizes(prefix); }
+  void remove(const std::vector<std::string>& keys) override { base_->remove(keys); }
+  std::vector<std::string> children(const std::string& prefix) const override { return base_->children(prefix); }
+  void remove_prefix(const std::string& prefix) override { base_->remove_prefix(prefix); }
+  std::optional<std::filesystem::path> local_directory() const override { return base_->local_directory(); }
+  unsigned parallelism() const override { return base_->parallelism(); }
 
  private:
-  std::filesystem::path path_;
+  struct Dropped final : ObjectWriter {
+    void append(std::span<const ConstBytes>, bool) override {}
+    void close() override {}
+  };
+  std::shared_ptr<Storage> base_;
+  std::string marker_;
 };
 
 }  // namespace detail
 
-// Uploads every regular file under dir as <loc>/<relative path>, each from a read-only
-// mapping (not a copy on the heap). A top-level commit marker (Orbax writes one) is not
-// uploaded: the publish step writes the object store's own marker last.
-inline void upload_tree(const std::filesystem::path& dir, const Location& loc) {
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
-       it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
-    const auto rel = it->path().lexically_relative(dir).generic_string();
-    if (rel == commit_marker) continue;
-    const auto file = io::MappedFile::open(it->path());
-    loc.storage->put(loc.key(rel), ConstBytes(file->bytes()));
-  }
-  if (ec) throw Error(dir.string(), "", "cannot list the files to upload: " + ec.message());
-}
-
-// Writes files into a scratch directory with fill(dir) and uploads them under loc.
-template <class Fill>
-void write_as_files(const Location& loc, Fill&& fill) {
-  detail::ScratchDir scratch;
-  fill(scratch.path());
-  upload_tree(scratch.path(), loc);
+// Where the format (and a manager's before_commit) writes a checkpoint being published
+// at loc: loc, with the commit marker held back for commit().
+inline Location writing_location(const Location& loc) {
+  return Location{std::make_shared<detail::MarkerHeldBack>(loc.storage, loc.key(commit_marker)), loc.prefix, loc.url};
 }
 
 // What a scheme's header passes to register_url_scheme.

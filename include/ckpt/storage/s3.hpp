@@ -6,6 +6,9 @@
 //   auto s = ckpt::restore<State>("s3://bucket/runs/a/step_100");
 //   ckpt::CheckpointManager<State, ckpt::async_save, ckpt::s3> mgr("bucket/runs/a", {.max_to_keep = 3});
 //
+// This header is S3's storage: SigV4 signing, the bucket and key operations, multipart
+// uploads, S3's error documents. The HTTP transport (connections, retries, bodies sent
+// from and received into memory) is io/http.hpp, which other HTTP object stores share.
 // Signing is curl's own AWS SigV4 (CURLOPT_AWS_SIGV4), never a hand-written signer.
 // Objects up to multipart_threshold are one PUT; larger ones a multipart upload whose
 // parts go up in parallel, straight from the leaves' memory. Reads are ranged GETs in
@@ -22,27 +25,21 @@
 // (endpoint/bucket/key), which S3-compatible servers (MinIO, s3rver, Ceph) and AWS accept.
 #pragma once
 
-#include <curl/curl.h>
-
 #include <algorithm>
-#include <atomic>
 #include <charconv>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
-#include <exception>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <ckpt/error.hpp>
+#include <ckpt/io/http.hpp>
 #include <ckpt/storage/object_store.hpp>
 #include <ckpt/storage/storage.hpp>
 
@@ -105,37 +102,8 @@ struct S3Options {
   }
 };
 
-namespace storage {
-
-}  // namespace storage
-
-// S3 internals: libcurl plumbing, SigV4 helpers, XML bits, the per-process defaults.
+// S3 internals: its XML, the per-process defaults.
 namespace detail::s3 {
-
-inline void global_init() {
-  static const bool done = [] {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw Error("libcurl cannot be initialised");
-    return true;
-  }();
-  (void)done;
-}
-
-// RFC 3986 percent-encoding, as SigV4 wants it; keep_slash for object keys.
-inline std::string encode(std::string_view s, bool keep_slash) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-        c == '_' || c == '~' || (keep_slash && c == '/')) {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
 
 inline std::string xml_unescape(std::string_view s) {
   std::string out;
@@ -189,153 +157,61 @@ inline std::string xml_first(std::string_view xml, std::string_view tag) {
   return all.empty() ? std::string() : all.front();
 }
 
-// The concatenation of pieces, seekable: what a PUT body reads from.
-struct Body {
-  std::span<const storage::ConstBytes> pieces;
-  std::size_t piece = 0, at = 0;
-  void seek(std::uint64_t offset) {
-    piece = 0;
-    at = 0;
-    while (piece < pieces.size() && offset >= pieces[piece].size()) offset -= pieces[piece++].size();
-    at = static_cast<std::size_t>(offset);
-  }
-  std::size_t read(char* out, std::size_t n) {
-    std::size_t done = 0;
-    while (done < n && piece < pieces.size()) {
-      const auto& p = pieces[piece];
-      const std::size_t k = std::min(n - done, p.size() - at);
-      if (k) std::memcpy(out + done, p.data() + at, k);
-      done += k;
-      at += k;
-      if (at == p.size()) {
-        ++piece;
-        at = 0;
-      }
+// The SigV4 signature (curl's), the session token, and no payload hash: what S3 adds
+// to every request.
+inline io::HttpService service(const S3Options& o) {
+  io::HttpService s;
+  s.name = "S3";
+  s.authorize = [o](CURL* c, std::vector<std::string>& headers) {
+    if (!o.access_key_id.empty()) {
+      const std::string region_spec = "aws:amz:" + o.region + ":s3";
+      curl_easy_setopt(c, CURLOPT_AWS_SIGV4, region_spec.c_str());  // curl copies the strings
+      curl_easy_setopt(c, CURLOPT_USERNAME, o.access_key_id.c_str());
+      curl_easy_setopt(c, CURLOPT_PASSWORD, o.secret_access_key.c_str());
     }
-    return done;
-  }
+    headers.push_back("x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (!o.session_token.empty()) headers.push_back("x-amz-security-token: " + o.session_token);
+  };
+  s.describe_error = [](const io::HttpResponse& r) {
+    const std::string code = xml_first(r.body, "Code");
+    return code.empty() ? std::string() : code + ": " + xml_first(r.body, "Message");
+  };
+  // CompleteMultipartUpload can fail with 200 and an error document
+  s.error_in_success = [](const io::HttpRequest& req, const io::HttpResponse& r) {
+    if (std::string_view(req.method) != "POST" || r.body.find("<Error>") == std::string::npos) return std::string();
+    return xml_first(r.body, "Code") + ": " + xml_first(r.body, "Message");
+  };
+  s.hint = [](long status) {
+    return status == 403 ? std::string(" (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or S3Options)") : std::string();
+  };
+  return s;
+}
+
+inline io::HttpOptions http_options(const S3Options& o) {
+  io::HttpOptions h;
+  h.connections = o.connections;
+  h.max_retries = o.max_retries;
+  h.retry_delay = o.retry_delay;
+  h.connect_timeout = o.connect_timeout;
+  h.stall_timeout = o.stall_timeout;
+  h.request_timeout = o.request_timeout;
+  h.max_send_speed = o.max_send_speed;
+  h.verify_tls = o.verify_tls;
+  return h;
+}
+
+// One S3 request: the key ("" for the bucket) and the query (sorted by name, values
+// encoded: SigV4's canonical form) become the URL.
+struct Request : io::HttpRequest {
+  std::string key;
+  std::string query;
 };
 
-// Bytes [offset, offset + dst.size()) of an object go to dst.
-struct Piece {
-  std::uint64_t offset;
-  std::span<std::byte> dst;
-};
-// One ranged GET [begin, end) of *key scattered into pieces (sorted; the gaps dropped).
+// A ranged GET of one object: the key and the range of the transport's scatter.
 struct Range {
   const std::string* key = nullptr;
-  std::uint64_t begin = 0, end = 0;
-  std::vector<Piece> pieces;
+  io::HttpScatter scatter;
 };
-
-struct Request {
-  const char* method = "GET";
-  std::string key;    // "" for the bucket itself
-  std::string query;  // sorted by name, values encoded (SigV4's canonical form)
-  std::vector<std::string> headers;
-  std::span<const storage::ConstBytes> body{};  // PUT / POST body
-  std::uint64_t body_size = 0;
-  std::span<std::byte> into{};  // GET: the bytes go straight here
-  bool to_dst = false;
-  const Range* scatter = nullptr;  // GET: or to these pieces
-  std::uint64_t max_body = std::uint64_t{16} << 20;  // otherwise collected, up to this
-};
-
-struct Response {
-  long status = 0;
-  std::string body;  // collected body, or the error document
-  std::string etag;
-  std::uint64_t received = 0;
-  bool overflow = false;
-};
-
-struct Transfer {
-  const Request* req;
-  Response* res;
-  CURL* curl;
-  Body body;
-  long status = 0;  // known from the first body byte on
-  std::size_t piece = 0;  // scatter: the first piece not yet filled
-};
-
-inline size_t on_write(char* data, size_t size, size_t n, void* user) {
-  auto& t = *static_cast<Transfer*>(user);
-  const std::size_t len = size * n;
-  if (t.status == 0) curl_easy_getinfo(t.curl, CURLINFO_RESPONSE_CODE, &t.status);
-  const long code = t.status;
-  if (code >= 300 || !t.req->to_dst) {
-    const std::uint64_t cap = code >= 300 ? (std::uint64_t{64} << 10) : t.req->max_body;
-    if (t.res->body.size() + len > cap) {
-      if (code >= 300) return len;  // the start of an error document is enough
-      t.res->overflow = true;
-      return 0;
-    }
-    t.res->body.append(data, len);
-    t.res->received += len;
-    return len;
-  }
-  const std::uint64_t room = t.req->scatter ? t.req->scatter->end - t.req->scatter->begin : t.req->into.size();
-  if (t.res->received + len > room) {
-    t.res->overflow = true;
-    return 0;
-  }
-  if (const Range* r = t.req->scatter) {  // copy what falls in a piece, drop the gaps
-    const std::uint64_t begin = r->begin + t.res->received, end = begin + len;
-    for (std::size_t& i = t.piece; i < r->pieces.size(); ++i) {
-      const Piece& p = r->pieces[i];
-      const std::uint64_t pend = p.offset + p.dst.size();
-      if (p.offset >= end) break;
-      const std::uint64_t b = std::max(begin, p.offset), e = std::min(end, pend);
-      if (e > b) std::memcpy(p.dst.data() + (b - p.offset), data + (b - begin), static_cast<std::size_t>(e - b));
-      if (pend > end) break;  // the piece goes on in the next call
-    }
-    t.res->received += len;
-    return len;
-  }
-  std::memcpy(t.req->into.data() + t.res->received, data, len);
-  t.res->received += len;
-  return len;
-}
-
-inline size_t on_read(char* out, size_t size, size_t n, void* user) {
-  return static_cast<Transfer*>(user)->body.read(out, size * n);
-}
-
-inline int on_seek(void* user, curl_off_t offset, int origin) {
-  if (origin != SEEK_SET || offset < 0) return CURL_SEEKFUNC_CANTSEEK;
-  static_cast<Transfer*>(user)->body.seek(static_cast<std::uint64_t>(offset));
-  return CURL_SEEKFUNC_OK;
-}
-
-inline size_t on_header(char* data, size_t size, size_t n, void* user) {
-  auto& t = *static_cast<Transfer*>(user);
-  const std::size_t len = size * n;
-  std::string_view line(data, len);
-  if (line.size() > 5 && (line.substr(0, 5) == "ETag:" || line.substr(0, 5) == "etag:" || line.substr(0, 5) == "Etag:")) {
-    auto v = line.substr(5);
-    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-    while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
-    t.res->etag = std::string(v);
-  }
-  return len;
-}
-
-inline bool retryable(CURLcode c) {
-  switch (c) {
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-      return true;
-    default:
-      return false;
-  }
-}
-inline bool retryable(long status) { return status == 429 || status == 408 || status >= 500; }
 
 }  // namespace detail::s3
 
@@ -343,14 +219,12 @@ namespace storage {
 
 class S3Storage final : public Storage {
  public:
-  S3Storage(std::string bucket, const S3Options& options) : bucket_(std::move(bucket)), opt_(options.resolved()) {
-    ckpt::detail::s3::global_init();
-  }
+  S3Storage(std::string bucket, const S3Options& options)
+      : bucket_(std::move(bucket)),
+        opt_(options.resolved()),
+        http_(ckpt::detail::s3::http_options(opt_), ckpt::detail::s3::service(opt_)) {}
   S3Storage(const S3Storage&) = delete;
   S3Storage& operator=(const S3Storage&) = delete;
-  ~S3Storage() override {
-    for (CURL* c : idle_) curl_easy_cleanup(c);
-  }
 
   const S3Options& options() const noexcept { return opt_; }
   std::string root_url() const override { return "s3://" + bucket_; }
@@ -360,17 +234,13 @@ class S3Storage final : public Storage {
   void put(const std::string& key, std::span<const ConstBytes> pieces) override {
     std::uint64_t total = 0;
     for (const auto& p : pieces) total += p.size();
-    if (total <= opt_.multipart_threshold) {
-      ckpt::detail::s3::Request r;
-      r.method = "PUT";
-      r.key = key;
-      r.body = pieces;
-      r.body_size = total;
-      perform(r);
-      return;
-    }
+    if (total <= opt_.multipart_threshold) return put_small(key, pieces, total);
     put_multipart(key, pieces, total);
   }
+
+  // A writer that uploads as the appends come (Upload, below), so that a format's large
+  // object on S3 is never held whole in memory, nor in a local file.
+  std::unique_ptr<ObjectWriter> create(const std::string& key) override { return std::make_unique<Upload>(*this, key); }
 
   void get(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const override {
     if (dst.empty()) return;
@@ -406,21 +276,21 @@ class S3Storage final : public Storage {
       std::sort(segs.begin(), segs.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
       ckpt::detail::s3::Range cur;
       auto close = [&] {
-        if (!cur.pieces.empty()) ranges.push_back(std::move(cur));
+        if (!cur.scatter.pieces.empty()) ranges.push_back(std::move(cur));
         cur = ckpt::detail::s3::Range{};
       };
       for (const ReadSegment* seg : segs) {
         std::uint64_t off = seg->offset;
         std::span<std::byte> dst = seg->dst;
         while (!dst.empty()) {
-          if (!cur.pieces.empty() && (off < cur.end || off > cur.end + max_gap || off >= cur.begin + target)) close();
-          if (cur.pieces.empty()) {
+          if (!cur.scatter.pieces.empty() && (off < cur.scatter.end || off > cur.scatter.end + max_gap || off >= cur.scatter.begin + target)) close();
+          if (cur.scatter.pieces.empty()) {
             cur.key = &key;
-            cur.begin = cur.end = off;
+            cur.scatter.begin = cur.scatter.end = off;
           }
-          const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(dst.size(), cur.begin + target - off));
-          cur.pieces.push_back({off, dst.first(take)});
-          cur.end = off + take;
+          const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(dst.size(), cur.scatter.begin + target - off));
+          cur.scatter.pieces.push_back({off, dst.first(take)});
+          cur.scatter.end = off + take;
           off += take;
           dst = dst.subspan(take);
         }
@@ -463,10 +333,10 @@ class S3Storage final : public Storage {
       ckpt::detail::s3::Request r;
       r.key = "";
       std::string q;
-      if (!token.empty()) q += "continuation-token=" + ckpt::detail::s3::encode(token, false) + "&";
+      if (!token.empty()) q += "continuation-token=" + io::url_encode(token, false) + "&";
       q += "list-type=2";
       if (opt_.list_page_size) q += "&max-keys=" + std::to_string(opt_.list_page_size);
-      q += "&prefix=" + ckpt::detail::s3::encode(prefix, false);
+      q += "&prefix=" + io::url_encode(prefix, false);
       r.query = q;
       const auto res = perform(r);
       for (const auto& c : ckpt::detail::s3::xml_all(res.body, "Contents", true)) {
@@ -496,193 +366,20 @@ class S3Storage final : public Storage {
   }
 
  private:
-  // --- handles: one per connection, kept for keep-alive --------------------------
-  CURL* acquire() const {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return !idle_.empty() || live_ < opt_.connections; });
-    if (!idle_.empty()) {
-      CURL* c = idle_.back();
-      idle_.pop_back();
-      return c;
-    }
-    CURL* c = curl_easy_init();
-    if (!c) throw Error(root_url(), "", "libcurl cannot create a handle");
-    ++live_;
-    return c;
-  }
-  void release(CURL* c) const {
-    {
-      std::lock_guard lock(mu_);
-      idle_.push_back(c);
-    }
-    cv_.notify_one();
-  }
-
-  // Runs f(0..n-1) on up to `connections` threads; rethrows the first failure.
   template <class F>
   void parallel(std::size_t n, F&& f) const {
-    if (n == 0) return;
-    if (n == 1) return f(0);
-    std::atomic<std::size_t> next{0};
-    std::exception_ptr error;
-    std::mutex error_mu;
-    auto worker = [&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < n;) {
-        try {
-          f(i);
-        } catch (...) {
-          std::lock_guard lock(error_mu);
-          if (!error) error = std::current_exception();
-          next = n;
-        }
-      }
-    };
-    {
-      std::vector<std::jthread> pool;
-      const std::size_t threads = std::min<std::size_t>(n, opt_.connections);
-      for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-      worker();
-    }
-    if (error) std::rethrow_exception(error);
+    http_.parallel(n, std::forward<F>(f));
   }
 
-  std::string object_url(const ckpt::detail::s3::Request& r) const {
-    std::string u = opt_.endpoint + "/" + bucket_;
-    if (!r.key.empty()) u += "/" + ckpt::detail::s3::encode(r.key, true);
-    if (!r.query.empty()) u += "?" + r.query;
-    return u;
-  }
-
-  // One request, retried; a status in `ok_also` (404 for HEAD) is returned, not thrown.
-  ckpt::detail::s3::Response perform(const ckpt::detail::s3::Request& r, std::initializer_list<long> ok_also = {}) const {
-    const std::string url = object_url(r);
-    std::string last;
-    std::mt19937 rng(std::random_device{}());
-    for (int attempt = 0;; ++attempt) {
-      ckpt::detail::s3::Response res;
-      CURLcode rc = CURLE_OK;
-      char errbuf[CURL_ERROR_SIZE] = {};
-      CURL* c = acquire();
-      try {
-        rc = run(c, r, url, res, errbuf);
-      } catch (...) {
-        release(c);
-        throw;
-      }
-      release(c);
-      const std::string what = std::string(r.method) + " " + url;
-      if (rc == CURLE_OK) {
-        if (res.status >= 200 && res.status < 300) {
-          // CompleteMultipartUpload can fail with 200 and an error document
-          if (r.query.starts_with("uploadId=") && res.body.find("<Error>") != std::string::npos)
-            last = "HTTP 200 with an error: " + ckpt::detail::s3::xml_first(res.body, "Code") + ": " +
-                   ckpt::detail::s3::xml_first(res.body, "Message");
-          else
-            return res;
-        } else if (std::find(ok_also.begin(), ok_also.end(), res.status) != ok_also.end()) {
-          return res;
-        } else {
-          std::string msg = "HTTP " + std::to_string(res.status);
-          const std::string code = ckpt::detail::s3::xml_first(res.body, "Code");
-          if (!code.empty()) msg += " " + code + ": " + ckpt::detail::s3::xml_first(res.body, "Message");
-          if (!ckpt::detail::s3::retryable(res.status) || attempt >= opt_.max_retries) {
-            if (res.status == 403) msg += " (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or S3Options)";
-            throw Error(url_for(r), "", "S3 " + what + " failed: " + msg + attempts(attempt));
-          }
-          last = msg;
-        }
-      } else {
-        if (res.overflow) {
-          if (r.to_dst)
-            throw CorruptCheckpointError(url_for(r), "", "S3 returned more bytes than were asked for");
-          throw CorruptCheckpointError(url_for(r), "", "object is larger than the " + std::to_string(r.max_body) +
-                                                           " bytes allowed");
-        }
-        std::string msg = std::string(curl_easy_strerror(rc)) + (errbuf[0] ? std::string(" (") + errbuf + ")" : "");
-        if (!ckpt::detail::s3::retryable(rc) || attempt >= opt_.max_retries)
-          throw Error(url_for(r), "", "S3 " + what + " failed: " + msg + attempts(attempt));
-        last = msg;
-      }
-      const auto base = opt_.retry_delay * (1 << std::min(attempt, 10));
-      std::uniform_int_distribution<long long> jitter(0, base.count() / 2);
-      std::this_thread::sleep_for(base + std::chrono::milliseconds(jitter(rng)));
-    }
-  }
-
-  static std::string attempts(int attempt) {
-    return attempt == 0 ? std::string() : " (after " + std::to_string(attempt + 1) + " attempts)";
-  }
-  std::string url_for(const ckpt::detail::s3::Request& r) const { return r.key.empty() ? root_url() : url(r.key); }
-
-  CURLcode run(CURL* c, const ckpt::detail::s3::Request& r, const std::string& url, ckpt::detail::s3::Response& res,
-               char* errbuf) const {
-    curl_easy_reset(c);
-    ckpt::detail::s3::Transfer t{&r, &res, c, ckpt::detail::s3::Body{r.body}};
-    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L << 10);  // fewer, larger write callbacks
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opt_.connect_timeout.count()));
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
-                     static_cast<long>(std::max<long long>(1, (opt_.stall_timeout.count() + 999) / 1000)));
-    if (opt_.request_timeout.count() > 0)
-      curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(opt_.request_timeout.count()));
-    if (opt_.max_send_speed)
-      curl_easy_setopt(c, CURLOPT_MAX_SEND_SPEED_LARGE, static_cast<curl_off_t>(opt_.max_send_speed));
-    if (!opt_.verify_tls) {
-      curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
-      curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
-    }
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &ckpt::detail::s3::on_write);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, &ckpt::detail::s3::on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
-    const std::string region_spec = "aws:amz:" + opt_.region + ":s3";
-    if (!opt_.access_key_id.empty()) {
-      curl_easy_setopt(c, CURLOPT_AWS_SIGV4, region_spec.c_str());
-      curl_easy_setopt(c, CURLOPT_USERNAME, opt_.access_key_id.c_str());
-      curl_easy_setopt(c, CURLOPT_PASSWORD, opt_.secret_access_key.c_str());
-    }
-    curl_slist* headers = nullptr;
-    struct Free {
-      curl_slist*& h;
-      ~Free() { curl_slist_free_all(h); }
-    } free_headers{headers};
-    headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
-    headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
-    if (!opt_.session_token.empty())
-      headers = curl_slist_append(headers, ("x-amz-security-token: " + opt_.session_token).c_str());
-    for (const auto& h : r.headers) headers = curl_slist_append(headers, h.c_str());
-
-    const std::string_view m = r.method;
-    if (m == "PUT") {
-      curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
-      curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(r.body_size));
-    } else if (m == "POST") {
-      curl_easy_setopt(c, CURLOPT_POST, 1L);
-      curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r.body_size));
-      headers = curl_slist_append(headers, "Content-Type: application/xml");
-    } else if (m == "HEAD") {
-      curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-    } else if (m == "DELETE") {
-      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
-    }
-    if (m == "PUT" || m == "POST") {
-      curl_easy_setopt(c, CURLOPT_READFUNCTION, &ckpt::detail::s3::on_read);
-      curl_easy_setopt(c, CURLOPT_READDATA, &t);
-      curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, &ckpt::detail::s3::on_seek);
-      curl_easy_setopt(c, CURLOPT_SEEKDATA, &t);
-    }
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-    const CURLcode rc = curl_easy_perform(c);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &res.status);
-    if (m == "HEAD" && rc == CURLE_OK) {
-      curl_off_t len = -1;
-      curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
-      res.received = len < 0 ? 0 : static_cast<std::uint64_t>(len);
-    }
-    return rc;
+  // One request, retried by the transport; a status in `ok_also` (404 for HEAD) is
+  // returned, not thrown.
+  io::HttpResponse perform(ckpt::detail::s3::Request& r, std::initializer_list<long> ok_also = {}) const {
+    r.url = opt_.endpoint + "/" + bucket_;
+    if (!r.key.empty()) r.url += "/" + io::url_encode(r.key, true);
+    if (!r.query.empty()) r.url += "?" + r.query;
+    r.subject = r.key.empty() ? root_url() : url(r.key);
+    if (std::string_view(r.method) == "POST") r.content_type = "application/xml";
+    return http_.perform(r, ok_also);
   }
 
   void get_range(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const {
@@ -702,23 +399,42 @@ class S3Storage final : public Storage {
     ckpt::detail::s3::Request r;
     r.key = *range.key;
     r.to_dst = true;
-    r.scatter = &range;
-    r.headers.push_back("Range: bytes=" + std::to_string(range.begin) + "-" + std::to_string(range.end - 1));
+    r.scatter = &range.scatter;
+    const std::uint64_t begin = range.scatter.begin, end = range.scatter.end;
+    r.headers.push_back("Range: bytes=" + std::to_string(begin) + "-" + std::to_string(end - 1));
     const auto res = perform(r, {404, 416});
     if (res.status == 404) throw Error(url(r.key), "", "no such object");
-    if (res.status == 416 || res.received != range.end - range.begin)
-      throw CorruptCheckpointError(url(r.key), "", "object ends before byte " + std::to_string(range.end) + " (truncated?)");
+    if (res.status == 416 || res.received != end - begin)
+      throw CorruptCheckpointError(url(r.key), "", "object ends before byte " + std::to_string(end) + " (truncated?)");
   }
 
   void put_multipart(const std::string& key, std::span<const ConstBytes> pieces, std::uint64_t total) {
+    const std::string upload_id = start_multipart(key);
+    try {
+      std::vector<std::string> etags;
+      upload_parts(key, upload_id, pieces, total, etags);
+      complete_multipart(key, upload_id, etags);
+    } catch (...) {
+      abort_multipart(key, upload_id);
+      throw;
+    }
+  }
+
+  std::string start_multipart(const std::string& key) const {
     ckpt::detail::s3::Request init;
     init.method = "POST";
     init.key = key;
     init.query = "uploads=";
     const std::string upload_id = ckpt::detail::s3::xml_first(perform(init).body, "UploadId");
     if (upload_id.empty()) throw Error(url(key), "", "S3 did not start a multipart upload (no UploadId)");
-    const std::string id_q = "uploadId=" + ckpt::detail::s3::encode(upload_id, false);
+    return upload_id;
+  }
 
+  // Uploads the first `total` bytes of the concatenation of pieces as the next parts
+  // (numbered from etags.size() + 1), part_size each (the last one shorter), in
+  // parallel; their ETags are appended to etags.
+  void upload_parts(const std::string& key, const std::string& upload_id, std::span<const ConstBytes> pieces,
+                    std::uint64_t total, std::vector<std::string>& etags) const {
     // The pieces of [begin, begin + len) of the concatenation.
     std::vector<std::uint64_t> starts;
     std::uint64_t at = 0;
@@ -736,57 +452,148 @@ class S3Storage final : public Storage {
       return out;
     };
     const std::uint64_t part = opt_.part_size;
-    const std::size_t nparts = static_cast<std::size_t>((total + part - 1) / part);
-    std::vector<std::string> etags(nparts);
+    const std::size_t nparts = static_cast<std::size_t>((total + part - 1) / part), first = etags.size();
+    etags.resize(first + nparts);
+    const std::string id_q = "uploadId=" + io::url_encode(upload_id, false);
+    parallel(nparts, [&](std::size_t i) {
+      const std::uint64_t begin = i * part, len = std::min<std::uint64_t>(part, total - begin);
+      const auto body = slice(begin, len);
+      ckpt::detail::s3::Request r;
+      r.method = "PUT";
+      r.key = key;
+      r.query = "partNumber=" + std::to_string(first + i + 1) + "&" + id_q;
+      r.body = body;
+      r.body_size = len;
+      etags[first + i] = perform(r).etag;
+      if (etags[first + i].empty())
+        throw Error(url(key), "", "S3 returned no ETag for part " + std::to_string(first + i + 1));
+    });
+  }
+
+  void complete_multipart(const std::string& key, const std::string& upload_id, const std::vector<std::string>& etags) const {
+    std::string xml = "<CompleteMultipartUpload>";
+    for (std::size_t i = 0; i < etags.size(); ++i)
+      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
+    xml += "</CompleteMultipartUpload>";
+    const ConstBytes body = std::as_bytes(std::span(xml));
+    ckpt::detail::s3::Request done;
+    done.method = "POST";
+    done.key = key;
+    done.query = "uploadId=" + io::url_encode(upload_id, false);
+    done.body = std::span<const ConstBytes>(&body, 1);
+    done.body_size = xml.size();
+    perform(done);
+  }
+
+  // Best effort: an upload never completed is no object, but holds storage.
+  void abort_multipart(const std::string& key, const std::string& upload_id) const noexcept {
     try {
-      parallel(nparts, [&](std::size_t i) {
-        const std::uint64_t begin = i * part, len = std::min<std::uint64_t>(part, total - begin);
-        const auto body = slice(begin, len);
-        ckpt::detail::s3::Request r;
-        r.method = "PUT";
-        r.key = key;
-        r.query = "partNumber=" + std::to_string(i + 1) + "&" + id_q;
-        r.body = body;
-        r.body_size = len;
-        etags[i] = perform(r).etag;
-        if (etags[i].empty()) throw Error(url(key), "", "S3 returned no ETag for part " + std::to_string(i + 1));
-      });
-      std::string xml = "<CompleteMultipartUpload>";
-      for (std::size_t i = 0; i < nparts; ++i)
-        xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
-      xml += "</CompleteMultipartUpload>";
-      const ConstBytes body = std::as_bytes(std::span(xml));
-      ckpt::detail::s3::Request done;
-      done.method = "POST";
-      done.key = key;
-      done.query = id_q;
-      done.body = std::span<const ConstBytes>(&body, 1);
-      done.body_size = xml.size();
-      perform(done);
+      ckpt::detail::s3::Request abort;
+      abort.method = "DELETE";
+      abort.key = key;
+      abort.query = "uploadId=" + io::url_encode(upload_id, false);
+      perform(abort, {404});
     } catch (...) {
-      try {  // best effort: an upload never completed is no object, but holds storage
-        ckpt::detail::s3::Request abort;
-        abort.method = "DELETE";
-        abort.key = key;
-        abort.query = id_q;
-        perform(abort, {404});
-      } catch (...) {
-      }
-      throw;
     }
+  }
+
+  // An object written as the appends come: one PUT at close() while it stays within
+  // multipart_threshold, else a multipart upload whose parts go up (`connections` at a
+  // time) once enough bytes have come. Stable pieces are kept as spans until then;
+  // copied ones (a buffer about to be reused) are sent once connections x part_size of
+  // them are held, so a writer of a large object holds about that much memory.
+  class Upload final : public ObjectWriter {
+   public:
+    Upload(const S3Storage& s3, std::string key) : s3_(s3), key_(std::move(key)) {}
+    Upload(const Upload&) = delete;
+    Upload& operator=(const Upload&) = delete;
+    ~Upload() override {
+      if (!closed_ && !upload_id_.empty()) s3_.abort_multipart(key_, upload_id_);
+    }
+
+    void append(std::span<const ConstBytes> pieces, bool stable) override {
+      for (const auto& p : pieces) {
+        if (p.empty()) continue;
+        if (stable) {
+          pending_.push_back(p);
+        } else {
+          copies_.emplace_back(p.begin(), p.end());
+          pending_.push_back(ConstBytes(copies_.back()));
+          copied_ += p.size();
+        }
+        bytes_ += p.size();
+      }
+      const auto& o = s3_.opt_;
+      if (bytes_ > o.multipart_threshold || copied_ >= std::uint64_t{o.part_size} * o.connections) send(false);
+    }
+
+    void close() override {
+      if (upload_id_.empty()) {
+        s3_.put_small(key_, pending_, bytes_);
+      } else {
+        send(true);
+        s3_.complete_multipart(key_, upload_id_, etags_);
+      }
+      closed_ = true;
+      pending_.clear();
+      copies_.clear();
+    }
+
+   private:
+    // Sends the whole parts held (and, when last, the rest); keeps a copy of the rest.
+    void send(bool last) {
+      const std::uint64_t part = s3_.opt_.part_size;
+      const std::uint64_t n = last ? bytes_ : bytes_ / part * part;
+      if (n == 0) return;
+      if (upload_id_.empty()) upload_id_ = s3_.start_multipart(key_);
+      s3_.upload_parts(key_, upload_id_, pending_, n, etags_);
+      std::vector<std::byte> rest;
+      rest.reserve(static_cast<std::size_t>(bytes_ - n));
+      std::uint64_t at = 0;
+      for (const auto& p : pending_) {
+        const std::uint64_t end = at + p.size();
+        if (end > n) {
+          const auto from = static_cast<std::size_t>(std::max(at, n) - at);
+          rest.insert(rest.end(), p.begin() + static_cast<std::ptrdiff_t>(from), p.end());
+        }
+        at = end;
+      }
+      pending_.clear();
+      copies_.clear();
+      bytes_ = copied_ = rest.size();
+      if (!rest.empty()) {
+        copies_.push_back(std::move(rest));
+        pending_.push_back(ConstBytes(copies_.back()));
+      }
+    }
+
+    const S3Storage& s3_;
+    std::string key_;
+    std::vector<ConstBytes> pending_;
+    std::deque<std::vector<std::byte>> copies_;  // a deque: growing it moves no copy
+    std::uint64_t bytes_ = 0, copied_ = 0;
+    std::string upload_id_;
+    std::vector<std::string> etags_;
+    bool closed_ = false;
+  };
+
+  void put_small(const std::string& key, std::span<const ConstBytes> pieces, std::uint64_t total) const {
+    ckpt::detail::s3::Request r;
+    r.method = "PUT";
+    r.key = key;
+    r.body = pieces;
+    r.body_size = total;
+    perform(r);
   }
 
   std::string bucket_;
   S3Options opt_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  mutable std::vector<CURL*> idle_;
-  mutable unsigned live_ = 0;
+  io::HttpClient http_;
 };
 
 }  // namespace storage
 
-// S3 internals: libcurl plumbing, SigV4 helpers, XML bits, the per-process defaults.
+// The per-process defaults.
 namespace detail::s3 {
 struct Defaults {
   std::mutex mu;

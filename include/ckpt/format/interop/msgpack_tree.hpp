@@ -26,6 +26,7 @@
 #include <ckpt/format/interop/stored.hpp>
 #include <ckpt/io/kvstore.hpp>
 #include <ckpt/io/file.hpp>
+#include <ckpt/storage/storage.hpp>
 
 namespace ckpt::detail::interop {
 
@@ -292,29 +293,28 @@ class PieceWriter {
     parts_.push_back(o);
     buf_.clear();
   }
-  // Writes the file in pieces of at most 8 MiB, telling progress (when given) of each.
-  void write_to(const fs::path& file, exec::ProgressTracker* progress = nullptr) {
+  // Writes the object in pieces of at most 8 MiB, telling progress (when given) of
+  // each; the caller closes `out` (the pieces stay valid until this writer goes).
+  void write_to(storage::ObjectWriter& out, exec::ProgressTracker* progress = nullptr) {
     flush();
     constexpr std::size_t piece = std::size_t{8} << 20;
-    io::File f = io::File::create(file);
-    std::vector<iovec> iov;
+    std::vector<storage::ConstBytes> batch;
     std::size_t queued = 0;
     auto write = [&] {
-      io::write_all(f, std::move(iov), file);
-      iov.clear();
+      out.append(batch, true);
+      batch.clear();
       if (progress) progress->add(queued, 0);
       queued = 0;
     };
     for (auto p : parts_) {
       for (std::size_t at = 0; at < p.size(); at += piece) {
         const std::size_t n = std::min(piece, p.size() - at);
-        iov.push_back({const_cast<std::byte*>(p.data() + at), n});
+        batch.push_back(p.subspan(at, n));
         queued += n;
-        if (queued >= piece || iov.size() >= 512) write();
+        if (queued >= piece || batch.size() >= 512) write();
       }
     }
-    if (!iov.empty()) write();
-    f.sync(file);
+    if (!batch.empty()) write();
   }
   // The bytes write_to writes.
   std::uint64_t size() {

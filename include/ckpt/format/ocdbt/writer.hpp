@@ -4,9 +4,11 @@
 // in the same file after the values, and a single-kind `manifest.ocdbt` naming the
 // data files and the latest versions (at most 16 inline: no version tree nodes).
 //
-// Values are streamed: put() appends a large value to the data file at once, so a
-// checkpoint of many gigabytes is never held in memory; small ones are kept until
-// commit() writes the nodes. Keys may come in any order.
+// Values are streamed: put() appends a large value to the data file's writer at once
+// (storage::ObjectWriter: a file in a staging directory, a multipart upload on S3), so
+// a checkpoint of many gigabytes is never held in memory; small ones are kept until
+// commit() writes the nodes. Keys may come in any order. The database is written
+// through the storage concept alone.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +20,9 @@
 
 #include <ckpt/format/ocdbt/database.hpp>
 #include <ckpt/io/file.hpp>
+#include <ckpt/storage/kvstore.hpp>
+#include <ckpt/storage/posix.hpp>
+#include <ckpt/storage/storage.hpp>
 
 namespace ckpt::detail::ocdbt {
 
@@ -45,23 +50,25 @@ inline std::string random_hex(std::size_t bytes) {
 
 class Writer {
  public:
-  // Writes into dir (created if needed). When dir already holds a database, commit()
-  // adds a generation to it.
-  explicit Writer(fs::path dir, WriterOptions opt = {}) : dir_(std::move(dir)), opt_(opt) {
-    fs::create_directories(dir_ / "d");
+  // Writes under loc. When loc already holds a database, commit() adds a generation
+  // to it.
+  explicit Writer(storage::Location loc, WriterOptions opt = {}) : loc_(std::move(loc)), opt_(opt) {
     data_name_ = "d/" + random_hex(16);
-    data_ = io::File::create(dir_ / data_name_);
+    data_ = loc_.storage->create(loc_.key(data_name_));
   }
+  // A database in a directory of its own, each file put in place by a rename (the
+  // manifest of a new generation replaces the old one atomically).
+  explicit Writer(const fs::path& dir, WriterOptions opt = {}) : Writer(storage::directory_location(dir), opt) {}
 
   // Adds key = value. Large values go to the data file now; `value` may be released after.
   void put(std::string key, std::span<const std::byte> value) {
-    if (key.size() > max_node_bytes) throw Error(dir_.string(), "", "OCDBT key too long");
+    if (key.size() > max_node_bytes) throw Error(loc_.url, "", "OCDBT key too long");
     Entry e;
     e.key = std::move(key);
     e.length = value.size();
     if (value.size() > opt_.max_inline_value_bytes) {
       e.offset = offset_;
-      io::write_all(data_, value, dir_ / data_name_);
+      data_->append(value, false);
       offset_ += value.size();
       e.indirect = true;
       indirect_bytes_ += value.size();
@@ -76,7 +83,7 @@ class Writer {
   // `base` bytes is that database's), at [offset, offset + length): how the root
   // database of a multi-process save refers to what each process wrote.
   void put_ref(std::string key, std::string file, std::size_t base, std::uint64_t offset, std::uint64_t length) {
-    if (key.size() > max_node_bytes) throw Error(dir_.string(), "", "OCDBT key too long");
+    if (key.size() > max_node_bytes) throw Error(loc_.url, "", "OCDBT key too long");
     Entry e;
     e.key = std::move(key);
     e.length = length;
@@ -92,13 +99,13 @@ class Writer {
   void commit() {
     std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.key < b.key; });
     for (std::size_t i = 1; i < entries_.size(); ++i)
-      if (entries_[i].key == entries_[i - 1].key) throw Error(dir_.string(), "", "OCDBT key " + entries_[i].key + " put twice");
+      if (entries_[i].key == entries_[i - 1].key) throw Error(loc_.url, "", "OCDBT key " + entries_[i].key + " put twice");
     // older generations, when there are
     std::vector<Version> versions;
     std::vector<std::string> files;
     std::array<std::uint8_t, 16> uuid{};
-    if (Database::is_database(dir_)) {
-      const auto old = Database::open(dir_, dir_.string());
+    if (loc_.storage->size(loc_.key("manifest.ocdbt"))) {  // (a new database: one request, no listing)
+      const auto old = Database::open(std::make_shared<const storage::LocationKv>(loc_), "", loc_.url);
       uuid = old->config().uuid;
       for (const auto& v : old->versions()) {
         Version c = v;
@@ -114,7 +121,7 @@ class Writer {
       std::random_device rd;
       for (auto& b : uuid) b = static_cast<std::uint8_t>(rd());
     }
-    if (versions.size() >= 16) throw Error(dir_.string(), "", "more than 16 OCDBT generations need version tree nodes, which ckpt does not write");
+    if (versions.size() >= 16) throw Error(loc_.url, "", "more than 16 OCDBT generations need version tree nodes, which ckpt does not write");
     const std::size_t own = files.size();
     if (!entries_.empty()) files.push_back(data_name_);
     Version v;
@@ -134,9 +141,8 @@ class Writer {
       v.root = {own, level[0].offset, level[0].length};
       v.num_tree_bytes = level[0].tree_bytes;
     }
-    data_.sync(dir_ / data_name_);
-    data_.close();
-    if (offset_ == 0) fs::remove(dir_ / data_name_);  // nothing written: no empty data file
+    if (offset_ != 0) data_->close();  // otherwise dropped: no empty data file
+    data_.reset();
     versions.push_back(v);
 
     std::vector<std::byte> body;
@@ -170,11 +176,7 @@ class Writer {
     for (const auto& x : versions) put_le(body, x.commit_time, 8);
     put_varint(body, 0);  // no version tree nodes
     const auto manifest = encode_envelope(body, manifest_magic, true, opt_.zstd_level);
-    const fs::path tmp = dir_ / ("manifest.ocdbt.tmp." + random_hex(4));
-    io::write_file_synced(tmp, manifest);
-    fs::rename(tmp, dir_ / "manifest.ocdbt");
-    io::sync_dir(dir_ / "d");
-    io::sync_dir(dir_);
+    loc_.storage->put(loc_.key("manifest.ocdbt"), manifest);  // last: the data it names is stored
   }
 
  private:
@@ -204,7 +206,7 @@ class Writer {
     c.first_key = std::move(first_key);
     c.offset = offset_;
     c.length = enc.size();
-    io::write_all(data_, enc, dir_ / data_name_);
+    data_->append(enc, false);
     offset_ += enc.size();
     return c;
   }
@@ -309,10 +311,10 @@ class Writer {
     return out;
   }
 
-  fs::path dir_;
+  storage::Location loc_;
   WriterOptions opt_;
   std::string data_name_;
-  io::File data_;
+  std::unique_ptr<storage::ObjectWriter> data_;
   std::uint64_t offset_ = 0, indirect_bytes_ = 0;
   std::vector<Entry> entries_;
 };

@@ -28,6 +28,7 @@
 #include <ckpt/format/zarr/metadata.hpp>
 #include <ckpt/io/codec.hpp>
 #include <ckpt/io/file.hpp>
+#include <ckpt/storage/storage.hpp>
 
 namespace ckpt::detail::zarr {
 
@@ -311,28 +312,27 @@ inline void encode_chunks(const ArrayMeta& m, const LeafBytes& src, char separat
   encode_chunks(m, src, whole(m), separator, put, progress);
 }
 
-// Writes regions of the array at `dir` (made when missing: several processes may write
-// one array): .zarray when `metadata` (one process's job), then one file per chunk.
-inline void write_array_part(const fs::path& dir, const ArrayMeta& m, const LeafBytes& src,
+// Writes regions of the array under `array` (several processes may write one array):
+// .zarray when `metadata` (one process's job), then one object per chunk, each put
+// whole through the storage (a file in a staging directory, an object on S3).
+inline void write_array_part(const storage::Location& array, const ArrayMeta& m, const LeafBytes& src,
                              std::span<const Region> regions, bool metadata, exec::ProgressTracker* progress = nullptr) {
-  fs::create_directories(dir);
   if (metadata) {
     const std::string zarray = zarray_json(m).dump(4);
-    io::write_file_synced(dir / ".zarray", std::as_bytes(std::span(zarray)));
+    array.storage->put(array.key(".zarray"), std::as_bytes(std::span(zarray)));
   }
   for (const Region& r : regions)
     encode_chunks(
         m, src, r, m.separator,
-        [&](const std::string& key, std::span<const std::byte> bytes) { io::write_file_synced(dir / key, bytes); },
+        [&](const std::string& key, std::span<const std::byte> bytes) { array.storage->put(array.key(key), bytes); },
         progress);
-  io::sync_dir(dir);  // the chunk files' names, durable with their bytes
 }
 
-// Writes the array at `dir`: .zarray, then one file per chunk. src is C order.
-inline void write_array(const fs::path& dir, const ArrayMeta& m, const LeafBytes& src,
+// Writes the array under `array`: .zarray, then one object per chunk. src is C order.
+inline void write_array(const storage::Location& array, const ArrayMeta& m, const LeafBytes& src,
                         exec::ProgressTracker* progress = nullptr) {
   const Region all = whole(m);
-  write_array_part(dir, m, src, std::span(&all, 1), true, progress);
+  write_array_part(array, m, src, std::span(&all, 1), true, progress);
 }
 
 // Opens an array directory: parses .zarray (or uses `given`) and checks it is plausible.

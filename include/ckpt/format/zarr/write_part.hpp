@@ -8,8 +8,9 @@
 // or some chunks of a leaf every rank holds. One process, the one with `metadata`,
 // writes the rest: each `.zarray` and the format's own files (t5x's msgpack
 // `checkpoint`, Orbax's `_METADATA`, ...). A format that can be written this way has
-// `static void write_part(const Snapshot&, const fs::path&, const SaveOptions&,
-// const detail::zarr::WritePart&)`; its `write` is write_part of WritePart{} (everything).
+// `static void write_part(const Snapshot&, const storage::Location&, const SaveOptions&,
+// const detail::zarr::WritePart&)` (and the same over a directory, which ckpt::mpi::save
+// stages); its `write_to` is write_part of WritePart{} (everything).
 #pragma once
 
 #include <cstdint>
@@ -55,10 +56,10 @@ inline ArrayMeta part_meta(const WritePart& part, std::size_t i, const SnapshotL
   return m;
 }
 
-// Writes what this process writes of leaf i's array at dir.
-inline void write_leaf_part(const fs::path& dir, const ArrayMeta& m, const WritePart& part, std::size_t i,
+// Writes what this process writes of leaf i's array under `array`.
+inline void write_leaf_part(const storage::Location& array, const ArrayMeta& m, const WritePart& part, std::size_t i,
                             const SnapshotLeaf& l, exec::ProgressTracker* progress) {
-  write_array_part(dir, m, l.data, part.regions_of(i, m), part.metadata, progress);
+  write_array_part(array, m, l.data, part.regions_of(i, m), part.metadata, progress);
 }
 
 // The bytes this process writes of the snapshot's arrays (its progress total).
