@@ -3124,14 +3124,18 @@ struct LeafCounter {
   void leaf(const Path&, const U&) { ++n; }
   void none(const Path&) { ++n; }
 };
+// Appends a leaf: compiled once, not inlined into the walk of every field of every
+// saved struct.
+CKPT_API SnapshotLeaf& append_leaf(Snapshot& s, const Path& p, LeafBytes bytes);
+
 struct SnapshotBuilder {
   Snapshot& out;
   template <class U>
   void leaf(const Path& p, const U& v) {
-    out.leaves.push_back({p, leaf_codec<U>::save(v)});
-    if constexpr (requires { leaf_codec<U>::box(v); }) out.leaves.back().box = leaf_codec<U>::box(v);
+    SnapshotLeaf& l = append_leaf(out, p, leaf_codec<U>::save(v));
+    if constexpr (requires { leaf_codec<U>::box(v); }) l.box = leaf_codec<U>::box(v);
   }
-  void none(const Path& p) { out.leaves.push_back({p, LeafBytes::own(dtype::none, {}, {})}); }
+  void none(const Path& p) { append_leaf(out, p, LeafBytes::own(dtype::none, {}, {})); }
 };
 }  // namespace detail
 
@@ -3151,6 +3155,13 @@ Snapshot take_snapshot(const T& value) {
   }
   return s;
 }
+
+#if CKPT_DEFINE_API
+CKPT_API SnapshotLeaf& detail::append_leaf(Snapshot& s, const Path& p, LeafBytes bytes) {
+  s.leaves.push_back({p, std::move(bytes)});
+  return s.leaves.back();
+}
+#endif
 
 }  // namespace ckpt
 #endif  // CKPT_SINGLE_CKPT_SNAPSHOT_HPP
@@ -6682,6 +6693,13 @@ class Storage {
   virtual unsigned parallelism() const { return 1; }
 };
 
+// The object that commits a checkpoint on an object store (Orbax's name for it).
+inline constexpr std::string_view commit_marker = "commit_success.txt";
+
+// Storage's default members are compiled once (CKPT_API): create() is its key function,
+// so its virtual table and every inline virtual member go into the one unit that
+// compiles ckpt, not into every unit that saves or restores.
+#if CKPT_DEFINE_API
 namespace detail {
 // Storage::create's default: the pieces kept (stable ones as spans, the others copied)
 // and put whole at close().
@@ -6709,14 +6727,11 @@ class GatheringWriter final : public ObjectWriter {
 };
 }  // namespace detail
 
-inline std::unique_ptr<ObjectWriter> Storage::create(const std::string& key) {
+CKPT_API std::unique_ptr<ObjectWriter> Storage::create(const std::string& key) {
   return std::make_unique<detail::GatheringWriter>(*this, key);
 }
 
-// The object that commits a checkpoint on an object store (Orbax's name for it).
-inline constexpr std::string_view commit_marker = "commit_success.txt";
-
-inline std::vector<std::string> Storage::children(const std::string& prefix) const {
+CKPT_API std::vector<std::string> Storage::children(const std::string& prefix) const {
   const std::string dir = prefix.empty() ? std::string() : prefix + "/";
   std::vector<std::string> out;
   for (const auto& key : list(dir)) {
@@ -6729,7 +6744,7 @@ inline std::vector<std::string> Storage::children(const std::string& prefix) con
   return out;
 }
 
-inline void Storage::remove_prefix(const std::string& prefix) {
+CKPT_API void Storage::remove_prefix(const std::string& prefix) {
   const std::string dir = prefix.empty() ? std::string() : prefix + "/";
   const std::string marker = dir + std::string(commit_marker);
   auto keys = list(dir);
@@ -6737,6 +6752,7 @@ inline void Storage::remove_prefix(const std::string& prefix) {
   std::erase(keys, marker);
   if (!keys.empty()) remove(keys);
 }
+#endif
 
 // A checkpoint's place: the storage and the key prefix under it ("" for its root).
 struct Location {
@@ -10339,6 +10355,13 @@ class Storage {
   virtual unsigned parallelism() const { return 1; }
 };
 
+// The object that commits a checkpoint on an object store (Orbax's name for it).
+inline constexpr std::string_view commit_marker = "commit_success.txt";
+
+// Storage's default members are compiled once (CKPT_API): create() is its key function,
+// so its virtual table and every inline virtual member go into the one unit that
+// compiles ckpt, not into every unit that saves or restores.
+#if CKPT_DEFINE_API
 namespace detail {
 // Storage::create's default: the pieces kept (stable ones as spans, the others copied)
 // and put whole at close().
@@ -10366,14 +10389,11 @@ class GatheringWriter final : public ObjectWriter {
 };
 }  // namespace detail
 
-inline std::unique_ptr<ObjectWriter> Storage::create(const std::string& key) {
+CKPT_API std::unique_ptr<ObjectWriter> Storage::create(const std::string& key) {
   return std::make_unique<detail::GatheringWriter>(*this, key);
 }
 
-// The object that commits a checkpoint on an object store (Orbax's name for it).
-inline constexpr std::string_view commit_marker = "commit_success.txt";
-
-inline std::vector<std::string> Storage::children(const std::string& prefix) const {
+CKPT_API std::vector<std::string> Storage::children(const std::string& prefix) const {
   const std::string dir = prefix.empty() ? std::string() : prefix + "/";
   std::vector<std::string> out;
   for (const auto& key : list(dir)) {
@@ -10386,7 +10406,7 @@ inline std::vector<std::string> Storage::children(const std::string& prefix) con
   return out;
 }
 
-inline void Storage::remove_prefix(const std::string& prefix) {
+CKPT_API void Storage::remove_prefix(const std::string& prefix) {
   const std::string dir = prefix.empty() ? std::string() : prefix + "/";
   const std::string marker = dir + std::string(commit_marker);
   auto keys = list(dir);
@@ -10394,6 +10414,7 @@ inline void Storage::remove_prefix(const std::string& prefix) {
   std::erase(keys, marker);
   if (!keys.empty()) remove(keys);
 }
+#endif
 
 // A checkpoint's place: the storage and the key prefix under it ("" for its root).
 struct Location {
@@ -12284,19 +12305,24 @@ CKPT_API Path subtree_path(const Index& index, const RestoreOptions& opts);
 // target did not use (unless partial), then runs the queued reads.
 CKPT_API void finish_restore(const FillContext& ctx, const Path& start, exec::ReadQueue& reads);
 
+// The one part of a typed restore that depends on the target's type: fill_from_index<T>,
+// which sizes the target and queues its reads. The rest of a restore (the read queue,
+// the fill context, the reports) is compiled once, not once per target type and unit.
+using TargetFill = FunctionRef<void(Path&, FillContext&)>;
+template <class T>
+auto target_fill(T& target) {
+  return [&target](Path& path, FillContext& ctx) { fill_from_index(target, path, ctx); };
+}
+
+// A restore from index through fill: the reads queued and run, missing and unused leaves reported.
+CKPT_API void restore_index_with(std::shared_ptr<const Index> index, const RestoreOptions& opts, bool check_dynamic_shapes,
+                                 bool shape_only, TargetFill fill);
+
 template <class T>
 void restore_from_index(std::shared_ptr<const Index> index, T& target, const RestoreOptions& opts,
                         bool check_dynamic_shapes, bool shape_only = false) {
   node::require_tree<T>();
-  index = index_for(std::move(index), opts);
-  Path path = subtree_path(*index, opts);
-  exec::ReadQueue reads;
-  reads.reserve(index->entries().size());
-  if (opts.progress) reads.set_progress(opts.progress, index->checkpoint());
-  IndexFill ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only, &reads, opts.max_memory},
-                  opts.allow_missing, opts.partial);
-  fill_from_index(target, path, ctx);  // sizes the target and queues the reads
-  finish_restore(ctx, path, reads);
+  restore_index_with(std::move(index), opts, check_dynamic_shapes, shape_only, target_fill(target));
 }
 
 }  // namespace detail
@@ -12313,6 +12339,19 @@ CKPT_API Path detail::subtree_path(const Index& index, const RestoreOptions& opt
   Path path = Path::parse(opts.subtree);
   if (!path.empty() && !index.has_subtree(path)) throw MissingLeafError(index.checkpoint(), {path.str()});
   return path;
+}
+
+CKPT_API void detail::restore_index_with(std::shared_ptr<const Index> index, const RestoreOptions& opts,
+                                         bool check_dynamic_shapes, bool shape_only, TargetFill fill) {
+  index = index_for(std::move(index), opts);
+  Path path = subtree_path(*index, opts);
+  exec::ReadQueue reads;
+  reads.reserve(index->entries().size());
+  if (opts.progress) reads.set_progress(opts.progress, index->checkpoint());
+  IndexFill ctx(index, {check_dynamic_shapes, opts.verify_checksums, opts.restore_dtype, shape_only, &reads, opts.max_memory},
+                opts.allow_missing, opts.partial);
+  fill(path, ctx);  // sizes the target and queues the reads
+  finish_restore(ctx, path, reads);
 }
 
 CKPT_API void detail::finish_restore(const FillContext& ctx, const Path& start, exec::ReadQueue& reads) {
@@ -15734,21 +15773,30 @@ namespace ckpt {
 namespace detail {
 // A restore of the checkpoint at dir into a typed target: from the native format's leaf
 // table when it serves (restore/table_fill.hpp), else from the checkpoint's Index.
+CKPT_API void restore_dir_with(const std::filesystem::path& dir, const RestoreOptions& opts, bool check_dynamic_shapes,
+                              TargetFill fill);
 template <class T>
 void restore_from_dir(const std::filesystem::path& dir, T& target, const RestoreOptions& opts, bool check_dynamic_shapes) {
   node::require_tree<T>();
+  restore_dir_with(dir, opts, check_dynamic_shapes, target_fill(target));
+}
+}  // namespace detail
+
+#if CKPT_DEFINE_API
+CKPT_API void detail::restore_dir_with(const std::filesystem::path& dir, const RestoreOptions& opts,
+                                       bool check_dynamic_shapes, TargetFill fill) {
   if (const std::unique_ptr<TableFill> table = table_fill(dir, opts, check_dynamic_shapes)) {
     try {
       Path path = table->start();
-      fill_from_index(target, path, *table);
+      fill(path, *table);
       table->finish();
       return;
     } catch (const NeedsIndex&) {  // what only an Index serves: start again with one
     }
   }
-  restore_from_index(open_index(dir), target, opts, check_dynamic_shapes);
+  restore_index_with(open_index(dir), opts, check_dynamic_shapes, false, fill);
 }
-}  // namespace detail
+#endif
 
 // Restores into an existing value: its non-empty arrays must have the checkpoint's shapes.
 template <class T>
