@@ -175,8 +175,13 @@ def generate(include_dir: pathlib.Path = INCLUDE_DIR) -> dict[pathlib.Path, str]
     files = {}
     for part in PARTS:
         a = Amalgamator(include_dir, part, {} if part == CORE else core_headers)
-        # A part the core holds already (the posix storage) is the core.
-        body = [] if a.dropped(part, ()) else a.expand(part, is_root=True)
+        # A part the core holds already is the core. A part's own text is inside its
+        # guard too: the core may hold it under an #if (the posix storage, which the
+        # native writer includes).
+        body = []
+        if not a.dropped(part, ()):
+            g = guard_name(part)
+            body = [f"#ifndef {g}", f"#define {g}"] + a.expand(part, is_root=True) + [f"#endif  // {g}"]
         if part == CORE:
             core_headers = a.seen
         name = "the core" if part == CORE else f"the part {part.name}"
