@@ -30,6 +30,8 @@
 #endif
 
 #include "ckpt.hpp"
+#ifndef CKPT_SINGLE_CKPT_ALL_HPP
+#define CKPT_SINGLE_CKPT_ALL_HPP
 // ckpt/all.hpp — every part of ckpt: the core, migrations, the manager, the interop
 // formats and the memory storage (not S3, which needs libcurl: <ckpt/storage/s3.hpp>,
 // CMake target ckpt::s3). Convenient, and the slowest to compile; include the parts you use instead
@@ -40,3 +42,4 @@
 #include "formats.hpp"
 #include "storage/memory.hpp"
 #include "storage/posix.hpp"
+#endif  // CKPT_SINGLE_CKPT_ALL_HPP

@@ -29,6 +29,8 @@
 #define CKPT_BUILDING_LIBRARY 1
 #endif
 
+#ifndef CKPT_SINGLE_CKPT_CKPT_HPP
+#define CKPT_SINGLE_CKPT_CKPT_HPP
 // ckpt/ckpt.hpp — save and restore C++ training state (the native format).
 //
 //   ckpt::save("/tmp/run/1", state);
@@ -16094,3 +16096,4 @@ CKPT_API ConvertResult convert(const std::filesystem::path& src, const std::file
 }  // namespace ckpt
 #endif  // CKPT_SINGLE_CKPT_CONVERT_HPP
 // end ckpt/convert.hpp
+#endif  // CKPT_SINGLE_CKPT_CKPT_HPP

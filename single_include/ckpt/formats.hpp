@@ -30,6 +30,8 @@
 #endif
 
 #include "ckpt.hpp"
+#ifndef CKPT_SINGLE_CKPT_FORMATS_HPP
+#define CKPT_SINGLE_CKPT_FORMATS_HPP
 // ckpt/formats.hpp — every interop format: Orbax (with OCDBT), t5x, zarr v2 and v3, Flax msgpack,
 // safetensors, and TensorFlow checkpoints (read-only).
 //
@@ -9151,3 +9153,4 @@ inline std::vector<std::int64_t> all_dataset_checkpoint_steps(const fs::path& ch
 #endif  // CKPT_SINGLE_CKPT_T5X_CHECKPOINTS_HPP
 // end ckpt/t5x_checkpoints.hpp
 
+#endif  // CKPT_SINGLE_CKPT_FORMATS_HPP

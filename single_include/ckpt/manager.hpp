@@ -30,6 +30,8 @@
 #endif
 
 #include "ckpt.hpp"
+#ifndef CKPT_SINGLE_CKPT_MANAGER_HPP
+#define CKPT_SINGLE_CKPT_MANAGER_HPP
 // ckpt/manager.hpp — CheckpointManager: numbered steps in one root directory, with
 // save policies, retention, metrics, items beside the state, async saves and preemption.
 // The header users include; the parts live in manager/, one concept each:
@@ -6310,3 +6312,4 @@ class CheckpointManager {
 }  // namespace ckpt
 #endif  // CKPT_SINGLE_CKPT_MANAGER_CHECKPOINT_MANAGER_HPP
 // end ckpt/manager/checkpoint_manager.hpp
+#endif  // CKPT_SINGLE_CKPT_MANAGER_HPP

@@ -30,6 +30,8 @@
 #endif
 
 #include "ckpt.hpp"
+#ifndef CKPT_SINGLE_CKPT_MIGRATE_HPP
+#define CKPT_SINGLE_CKPT_MIGRATE_HPP
 // ckpt/migrate.hpp — restore a checkpoint written by an older version of a struct
 // into the new one, through a migration or a chain of them.
 //
@@ -670,3 +672,4 @@ void restore_into(const std::filesystem::path& dir, New& target, const Chain<M..
 }
 
 }  // namespace ckpt
+#endif  // CKPT_SINGLE_CKPT_MIGRATE_HPP

@@ -30,6 +30,8 @@
 #endif
 
 #include "../ckpt.hpp"
+#ifndef CKPT_SINGLE_CKPT_STORAGE_MEMORY_HPP
+#define CKPT_SINGLE_CKPT_STORAGE_MEMORY_HPP
 // ckpt/storage/memory.hpp — ckpt::memory: whole checkpoints in this process's memory.
 //
 //   #include <ckpt/storage/memory.hpp>
@@ -183,3 +185,4 @@ struct memory {
 inline void memory_storage_clear(const std::string& name) { storage::MemoryStorage::drop(name); }
 
 }  // namespace ckpt
+#endif  // CKPT_SINGLE_CKPT_STORAGE_MEMORY_HPP

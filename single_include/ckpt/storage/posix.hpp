@@ -30,6 +30,8 @@
 #endif
 
 #include "../ckpt.hpp"
+#ifndef CKPT_SINGLE_CKPT_STORAGE_POSIX_HPP
+#define CKPT_SINGLE_CKPT_STORAGE_POSIX_HPP
 // ckpt/storage/posix.hpp — a local directory as a storage::Storage, over io/file.hpp.
 //
 // ckpt::posix is the default storage. The native format's writer writes through this
@@ -234,3 +236,4 @@ inline Location directory_location(const std::filesystem::path& dir, Publish pub
 }
 
 }  // namespace ckpt::storage
+#endif  // CKPT_SINGLE_CKPT_STORAGE_POSIX_HPP
