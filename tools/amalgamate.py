@@ -59,7 +59,7 @@ ENDIF_RE = re.compile(r"^\s*#\s*endif\b")
 # The first lines of every part: how a program compiles ckpt with the single header.
 USAGE = """\
 //
-// Three ways to build with it:
+// How to build with it:
 //   * Header-only (the default): #include "ckpt.hpp" and nothing else; every unit that
 //     saves or restores compiles ckpt's machinery.
 //   * Compiled once: in exactly one .cpp of the program,
