@@ -119,17 +119,18 @@ fuzz: fuzz-build
 fuzz-smoke: fuzz-build
 	fuzz/run.sh $(FUZZ_BUILD_DIR) $(FUZZ_SMOKE_SECONDS)
 
+# Every part of the single-header edition (tools/amalgamate.py); the check regenerates
+# them into a temporary directory and compares the whole of single_include/ with it, so
+# that a stale, missing or leftover part fails.
 single-include:
-	$(PYTHON) tools/amalgamate.py -o single_include/ckpt/ckpt.hpp
+	$(PYTHON) tools/amalgamate.py -o single_include
 
 check-single-include:
-	@tmp=$$(mktemp) && trap 'rm -f "$$tmp"' EXIT && \
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(PYTHON) tools/amalgamate.py -o "$$tmp" && \
-	if [ ! -f single_include/ckpt/ckpt.hpp ]; then \
-	  echo "check-single-include: single_include/ckpt/ckpt.hpp is missing: run 'make single-include' and commit it" >&2; exit 1; \
-	elif ! diff -u single_include/ckpt/ckpt.hpp "$$tmp"; then \
-	  echo "check-single-include: single_include/ckpt/ckpt.hpp is out of date with include/: run 'make single-include' and commit it" >&2; exit 1; \
-	else echo "check-single-include: single_include/ckpt/ckpt.hpp is up to date"; fi
+	if ! diff -ru "$$tmp" single_include; then \
+	  echo "check-single-include: single_include/ is out of date with include/: run 'make single-include' and commit it" >&2; exit 1; \
+	else echo "check-single-include: single_include/ is up to date"; fi
 
 # Each header of include/ckpt includes only its own layer or lower ones (also the
 # ctest case `layers`, so `make test` runs it).

@@ -21,21 +21,30 @@ namespace ckpt {
 namespace detail {
 // A restore of the checkpoint at dir into a typed target: from the native format's leaf
 // table when it serves (restore/table_fill.hpp), else from the checkpoint's Index.
+CKPT_API void restore_dir_with(const std::filesystem::path& dir, const RestoreOptions& opts, bool check_dynamic_shapes,
+                              TargetFill fill);
 template <class T>
 void restore_from_dir(const std::filesystem::path& dir, T& target, const RestoreOptions& opts, bool check_dynamic_shapes) {
   node::require_tree<T>();
+  restore_dir_with(dir, opts, check_dynamic_shapes, target_fill(target));
+}
+}  // namespace detail
+
+#if CKPT_DEFINE_API
+CKPT_API void detail::restore_dir_with(const std::filesystem::path& dir, const RestoreOptions& opts,
+                                       bool check_dynamic_shapes, TargetFill fill) {
   if (const std::unique_ptr<TableFill> table = table_fill(dir, opts, check_dynamic_shapes)) {
     try {
       Path path = table->start();
-      fill_from_index(target, path, *table);
+      fill(path, *table);
       table->finish();
       return;
     } catch (const NeedsIndex&) {  // what only an Index serves: start again with one
     }
   }
-  restore_from_index(open_index(dir), target, opts, check_dynamic_shapes);
+  restore_index_with(open_index(dir), opts, check_dynamic_shapes, false, fill);
 }
-}  // namespace detail
+#endif
 
 // Restores into an existing value: its non-empty arrays must have the checkpoint's shapes.
 template <class T>

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/detail/huge_page_allocator.hpp>
 #include <ckpt/detail/out_of_line.hpp>
 #include <ckpt/detail/type_name.hpp>
@@ -128,14 +129,18 @@ struct LeafCounter {
   void leaf(const Path&, const U&) { ++n; }
   void none(const Path&) { ++n; }
 };
+// Appends a leaf: compiled once, not inlined into the walk of every field of every
+// saved struct.
+CKPT_API SnapshotLeaf& append_leaf(Snapshot& s, const Path& p, LeafBytes bytes);
+
 struct SnapshotBuilder {
   Snapshot& out;
   template <class U>
   void leaf(const Path& p, const U& v) {
-    out.leaves.push_back({p, leaf_codec<U>::save(v)});
-    if constexpr (requires { leaf_codec<U>::box(v); }) out.leaves.back().box = leaf_codec<U>::box(v);
+    SnapshotLeaf& l = append_leaf(out, p, leaf_codec<U>::save(v));
+    if constexpr (requires { leaf_codec<U>::box(v); }) l.box = leaf_codec<U>::box(v);
   }
-  void none(const Path& p) { out.leaves.push_back({p, LeafBytes::own(dtype::none, {}, {})}); }
+  void none(const Path& p) { append_leaf(out, p, LeafBytes::own(dtype::none, {}, {})); }
 };
 }  // namespace detail
 
@@ -155,5 +160,12 @@ Snapshot take_snapshot(const T& value) {
   }
   return s;
 }
+
+#if CKPT_DEFINE_API
+CKPT_API SnapshotLeaf& detail::append_leaf(Snapshot& s, const Path& p, LeafBytes bytes) {
+  s.leaves.push_back({p, std::move(bytes)});
+  return s.leaves.back();
+}
+#endif
 
 }  // namespace ckpt

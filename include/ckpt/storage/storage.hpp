@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include <ckpt/detail/compile_mode.hpp>
 #include <ckpt/error.hpp>
 
 namespace ckpt::storage {
@@ -163,6 +164,13 @@ class Storage {
   virtual unsigned parallelism() const { return 1; }
 };
 
+// The object that commits a checkpoint on an object store (Orbax's name for it).
+inline constexpr std::string_view commit_marker = "commit_success.txt";
+
+// Storage's default members are compiled once (CKPT_API): create() is its key function,
+// so its virtual table and every inline virtual member go into the one unit that
+// compiles ckpt, not into every unit that saves or restores.
+#if CKPT_DEFINE_API
 namespace detail {
 // Storage::create's default: the pieces kept (stable ones as spans, the others copied)
 // and put whole at close().
@@ -190,14 +198,11 @@ class GatheringWriter final : public ObjectWriter {
 };
 }  // namespace detail
 
-inline std::unique_ptr<ObjectWriter> Storage::create(const std::string& key) {
+CKPT_API std::unique_ptr<ObjectWriter> Storage::create(const std::string& key) {
   return std::make_unique<detail::GatheringWriter>(*this, key);
 }
 
-// The object that commits a checkpoint on an object store (Orbax's name for it).
-inline constexpr std::string_view commit_marker = "commit_success.txt";
-
-inline std::vector<std::string> Storage::children(const std::string& prefix) const {
+CKPT_API std::vector<std::string> Storage::children(const std::string& prefix) const {
   const std::string dir = prefix.empty() ? std::string() : prefix + "/";
   std::vector<std::string> out;
   for (const auto& key : list(dir)) {
@@ -210,7 +215,7 @@ inline std::vector<std::string> Storage::children(const std::string& prefix) con
   return out;
 }
 
-inline void Storage::remove_prefix(const std::string& prefix) {
+CKPT_API void Storage::remove_prefix(const std::string& prefix) {
   const std::string dir = prefix.empty() ? std::string() : prefix + "/";
   const std::string marker = dir + std::string(commit_marker);
   auto keys = list(dir);
@@ -218,6 +223,7 @@ inline void Storage::remove_prefix(const std::string& prefix) {
   std::erase(keys, marker);
   if (!keys.empty()) remove(keys);
 }
+#endif
 
 // A checkpoint's place: the storage and the key prefix under it ("" for its root).
 struct Location {
