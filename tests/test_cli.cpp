@@ -575,6 +575,21 @@ TEST_CASE("ckpt diff --rel: each leaf's relative L2 change and largest differenc
   CHECK(r.out.find("ema") < r.out.find("enc.b"));
   CHECK(r.out.find("enc.b") < r.out.find("dec.w"));
   CHECK(cli("diff --rel " + (tmp / "a").string() + " " + (tmp / "a").string()).rc == 0);
+  // A string leaf has no figures: it differs, or not.
+  struct Named {
+    std::string s;
+    std::vector<float> v;
+  };
+  ckpt::save(tmp / "s1", Named{"abc", {3, 4}});
+  ckpt::save(tmp / "s2", Named{"abcd", {3, 4}});
+  r = cli("diff --rel --json " + (tmp / "s1").string() + " " + (tmp / "s2").string());
+  CHECK(r.rc == 1);
+  const auto js = nlohmann::json::parse(r.out);
+  REQUIRE(js["changed"].size() == 1);
+  CHECK(js["changed"][0] == nlohmann::json{{"path", "s"}});
+  CHECK(row(js["moved"], "v")["l2_a"] == 5.0);
+  r = cli("diff --rel " + (tmp / "s1").string() + " " + (tmp / "s2").string());
+  CHECK(r.out.find("~ s  differs") != std::string::npos);
   r = cli("diff --rel " + (tmp / "a").string() + " /nonexistent/x");
   CHECK(r.rc == 2);
   CHECK(!r.err.empty());

@@ -757,10 +757,15 @@ int cmd_diff(const fs::path& a, const fs::path& b, bool as_json, bool rel, std::
       continue;
     }
     json c = {{"path", ea.path.str()}};
-    if (ea.type != eb->type || ea.shape != eb->shape || ea.length != eb->length) {
+    if (ea.type != eb->type || ea.shape != eb->shape) {
       bar.add(ea.length);
       c["a"] = std::string(ckpt::dtype_name(ea.type)) + ckpt::shape_str(ea.shape);
       c["b"] = std::string(ckpt::dtype_name(eb->type)) + ckpt::shape_str(eb->shape);
+      changed.push_back(c);
+      continue;
+    }
+    if (ea.length != eb->length) {  // strings of other lengths
+      bar.add(ea.length);
       changed.push_back(c);
       continue;
     }
