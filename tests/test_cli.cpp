@@ -555,9 +555,11 @@ TEST_CASE("ckpt diff --rel: each leaf's relative L2 change and largest differenc
   CHECK(mv[0]["path"] == "ema");  // a NaN difference first
   CHECK(mv[0]["rel_l2"].is_null());
   CHECK(mv[0]["nonfinite_diff"] == 1);
-  for (const auto& [path, fig] : {std::pair(std::string("enc.w"), moved(a.enc.w, b.enc.w)),
-                                  std::pair(std::string("enc.b"), moved(a.enc.b, b.enc.b)),
-                                  std::pair(std::string("z"), moved(a.z, b.z))}) {
+  for (const auto& pf : {std::pair(std::string("enc.w"), moved(a.enc.w, b.enc.w)),
+                         std::pair(std::string("enc.b"), moved(a.enc.b, b.enc.b)),
+                         std::pair(std::string("z"), moved(a.z, b.z))}) {
+    const std::string& path = pf.first;  // not a structured binding: CAPTURE's lambda takes it (clang 14)
+    const auto& fig = pf.second;
     CAPTURE(path);
     const auto& x = row(mv, path);
     CHECK(x["rel_l2"].get<double>() == doctest::Approx(fig.first).epsilon(1e-12));

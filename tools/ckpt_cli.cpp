@@ -20,10 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <ckpt/convert.hpp>
-#include <ckpt/formats.hpp>
-#include <ckpt/leaf/stats.hpp>
-#include <ckpt/manager.hpp>
+#include <ckpt/all.hpp>  // every format, the manager, convert, leaf statistics
 #if defined(CKPT_HAVE_S3)
 #include <ckpt/storage/s3.hpp>
 #endif
