@@ -409,6 +409,9 @@ TEST_CASE("ckpt du: bytes and elements per subtree, largest first, with dtypes; 
   r = cli("du " + (tmp / "run").string());
   CHECK(r.rc == 0);
   CHECK(r.out.find("step 1") < r.out.find("step 2"));
+  r = cli("stats " + (tmp / "run").string());  // stats reads one checkpoint: it says which to give
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("2 step checkpoints") != std::string::npos);
 
   test::write_bytes(tmp / "junk.txt", {'x'});
   for (const std::string& bad : {std::string("du /nonexistent/x"), "du --depth -1 " + (tmp / "native").string(),

@@ -431,6 +431,11 @@ struct StatsWalk {
 std::string cell(const json& x) { return x.is_null() ? "-" : fmt(x.get<double>()); }
 
 int cmd_stats(const fs::path& p, bool as_json, std::uint64_t max_memory) {
+  std::error_code ec;
+  if (!is_checkpoint(p) && (ckpt::storage::is_url(p) || fs::is_directory(p, ec)))
+    if (const auto steps = steps_of(p); !steps.empty())
+      throw BadInput(p.string() + ": a directory of " + std::to_string(steps.size()) +
+                     " step checkpoints, not one; give one of them (" + printable(steps.back().second.string()) + ")");
   const auto index = open(p);
   const std::size_t piece = piece_bytes(max_memory, 2);
   std::vector<ckpt::ValueStats> leaf(index->entries().size());
@@ -442,7 +447,7 @@ int cmd_stats(const fs::path& p, bool as_json, std::uint64_t max_memory) {
         bar.add(e.length);
         continue;
       }
-      LeafPieces pieces(index, e, piece, max_memory / 2);
+      LeafPieces pieces(index, e, piece, max_memory ? std::max<std::uint64_t>(max_memory / 2, 1) : 0);
       for (auto b = pieces.next(); !b.empty(); b = pieces.next()) {
         leaf[i].add(e.type, b);
         bar.add(b.size());
@@ -692,7 +697,8 @@ Moved compare_leaf(const std::shared_ptr<const ckpt::Index>& ia, const ckpt::Ind
                    const std::shared_ptr<const ckpt::Index>& ib, const ckpt::IndexEntry& eb, std::uint64_t max_memory, Bar& bar) {
   Moved m;
   const std::size_t piece = piece_bytes(max_memory, 4);
-  LeafPieces pa(ia, ea, piece, max_memory / 4), pb(ib, eb, piece, max_memory / 4);
+  const std::uint64_t whole = max_memory ? std::max<std::uint64_t>(max_memory / 4, 1) : 0;  // 0: no limit
+  LeafPieces pa(ia, ea, piece, whole), pb(ib, eb, piece, whole);
   const bool numeric = ckpt::stats_supported(ea.type);
   const std::size_t z = std::max<std::size_t>(ckpt::dtype_size(ea.type), 1);
   std::span<const std::byte> sa, sb;
