@@ -501,6 +501,9 @@ TEST_CASE("ckpt stats: NaN and Inf counts, min, max, mean, std and L2 per leaf a
   CHECK(r.rc == 1);
   CHECK(r.out.find("enc.w") != std::string::npos);
   CHECK(r.err.find("2 leaves hold NaN or Inf: enc.b, enc.w") != std::string::npos);
+  r = cli("show " + (tmp / "native").string() + " enc.w");  // show's figures are the same, of the finite values
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("(1 NaN, 2 Inf)") != std::string::npos);
   // All finite: exit 0.
   ckpt::save(tmp / "finite", make_model(0));
   r = cli("stats " + (tmp / "finite").string());

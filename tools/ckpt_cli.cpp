@@ -13,7 +13,7 @@
 // Every PATH, ROOT, SRC and DST may be an s3://bucket/prefix URL (native checkpoints;
 // endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...) when the tool
 // is built with libcurl (the CMake target ckpt::s3).
-// verify, diff and convert draw a progress bar on stderr when it is a terminal
+// verify, stats, diff and convert draw a progress bar on stderr when it is a terminal
 // (--quiet: never). ls --json carries each step's save figures when the manager stored them.
 // Bad input: a message on stderr and exit code 2. Names and strings from a checkpoint
 // are printed made printable (no terminal control characters, invalid UTF-8 replaced).
@@ -634,21 +634,14 @@ int cmd_show(const fs::path& p, const std::string& leaf, bool as_json, std::size
   if (!ckpt::is_numeric(e->type)) return 0;
   const std::size_t n = b.size() / ckpt::dtype_size(e->type);
   const bool cplx = e->type == ckpt::dtype::complex64 || e->type == ckpt::dtype::complex128;
-  if (n > 0 && !cplx) {
-    double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum = 0, sq = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const double x = element(b, e->type, i).first;
-      lo = std::min(lo, x);
-      hi = std::max(hi, x);
-      sum += x;
-    }
-    const double mean = sum / static_cast<double>(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      const double d = element(b, e->type, i).first - mean;
-      sq += d * d;
-    }
-    std::printf("min %s  max %s  mean %s  std %s\n", fmt(lo).c_str(), fmt(hi).c_str(), fmt(mean).c_str(),
-                fmt(std::sqrt(sq / static_cast<double>(n))).c_str());
+  if (n > 0 && !cplx && ckpt::stats_supported(e->type)) {  // the figures `ckpt stats` prints, of the finite values
+    ckpt::ValueStats st;
+    st.add(e->type, b);
+    std::printf("min %s  max %s  mean %s  std %s", fmt(st.min()).c_str(), fmt(st.max()).c_str(), fmt(st.mean()).c_str(),
+                fmt(st.stddev()).c_str());
+    if (st.nan() + st.inf()) std::printf("  (%llu NaN, %llu Inf)", static_cast<unsigned long long>(st.nan()),
+                                         static_cast<unsigned long long>(st.inf()));
+    std::printf("\n");
   }
   std::string vals = "[";
   for (std::size_t i = 0; i < std::min(n, first); ++i) {
