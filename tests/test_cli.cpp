@@ -10,9 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <complex>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -246,12 +249,358 @@ TEST_CASE("ckpt convert streams a 1 GiB leaf within --max-memory 128M: the peak 
     fs::remove_all(dst);
     fs::remove_all(back);
   }
+  // stats reads the 1 GiB leaf through its budget too.
+  {
+    const auto r = measured({"stats", "--json", (tmp / "big").string(), "--max-memory", "64M"}, tmp / "log");
+    const auto log = test::read_bytes(tmp / "log");
+    INFO(std::string(log.begin(), log.end()).substr(0, 2000));
+    CHECK((r.rc == 0 || r.rc == 1));  // 1: the pattern's bits include NaNs as float32
+#ifndef CKPT_TEST_SANITIZED
+    INFO("peak RSS: stats " << r.peak_rss << " B, tree " << base.peak_rss << " B");
+    CHECK(r.peak_rss < base.peak_rss + 64 * mib);
+#endif
+  }
   // Flax's single msgpack file is written from memory: the budget is refused, not exceeded.
   const auto r = cli("convert " + (tmp / "small").string() + " " + (tmp / "f.msgpack").string() +
                      " --to flax --max-memory 32M");
   CHECK(r.rc == 2);
   CHECK(r.err.find("max_memory") != std::string::npos);
   CHECK(!fs::exists(tmp / "f.msgpack"));
+}
+
+}  // namespace cli_test
+
+namespace cli_test {
+
+// Figures computed here, from the values written, independently of the tool: min, max,
+// mean, population std (two passes), L2 of the finite values; NaN and Inf counted apart.
+struct Expect {
+  std::uint64_t elements = 0, nan = 0, inf = 0;
+  std::vector<double> finite;
+  void add(double x) {
+    ++elements;
+    if (std::isnan(x)) ++nan;
+    else if (std::isinf(x)) ++inf;
+    else finite.push_back(x);
+  }
+  template <class V>
+  Expect& add_all(const V& v) {
+    for (const auto& x : v) add(static_cast<double>(x));
+    return *this;
+  }
+  void check(const nlohmann::json& j) const {
+    CHECK(j["elements"].get<std::uint64_t>() == elements);
+    CHECK(j["nan"].get<std::uint64_t>() == nan);
+    CHECK(j["inf"].get<std::uint64_t>() == inf);
+    // Sums of squares in units of the largest magnitude, and the norm by hypot: values
+    // near 1e201 would overflow x * x.
+    double lo = finite.at(0), hi = finite.at(0), big = 0, sum = 0, sq = 0, l2 = 0;
+    for (double x : finite) lo = std::min(lo, x), hi = std::max(hi, x), big = std::max(big, std::fabs(x)), sum += x;
+    const double mean = sum / static_cast<double>(finite.size());
+    for (double x : finite) sq += ((x - mean) / big) * ((x - mean) / big), l2 = std::hypot(l2, x);
+    CHECK(j["min"].get<double>() == doctest::Approx(lo).epsilon(1e-15));
+    CHECK(j["max"].get<double>() == doctest::Approx(hi).epsilon(1e-15));
+    CHECK(j["mean"].get<double>() == doctest::Approx(mean).epsilon(1e-12).scale(big));
+    CHECK(j["std"].get<double>() == doctest::Approx(big * std::sqrt(sq / static_cast<double>(finite.size()))).epsilon(1e-12));
+    CHECK(j["l2"].get<double>() == doctest::Approx(l2).epsilon(1e-12));
+  }
+};
+
+const nlohmann::json& row(const nlohmann::json& rows, const std::string& path) {
+  for (const auto& r : rows)
+    if (r["path"] == path) return r;
+  FAIL("no row " << path);
+  static const nlohmann::json none;
+  return none;
+}
+
+struct Layer {
+  std::vector<float> w, b;
+};
+struct Model {
+  Layer enc, dec;
+  std::vector<double> ema;
+  std::vector<std::int32_t> counts;
+  std::vector<bool> mask;
+  std::vector<ckpt::bfloat16> h;
+  std::vector<std::complex<float>> z;
+  std::int64_t step = 0;
+};
+
+Model make_model(float shift) {
+  Model m;
+  for (int i = 0; i < 300; ++i) m.enc.w.push_back(std::sin(0.1f * static_cast<float>(i)) + shift * static_cast<float>(i % 7));
+  for (int i = 0; i < 20; ++i) m.enc.b.push_back(0.01f * static_cast<float>(i) - shift);
+  for (int i = 0; i < 5000; ++i) m.dec.w.push_back(std::cos(0.003f * static_cast<float>(i)) * 1e3f);
+  m.dec.b = {1.f, 2.f, 3.f};
+  for (int i = 0; i < 40; ++i) m.ema.push_back(1e200 * static_cast<double>(i - 20));  // squares would overflow unscaled
+  m.counts = {-5, 0, 7, 1 << 30};
+  m.mask = {true, false, true, true};
+  m.h = {ckpt::bfloat16(1.5f), ckpt::bfloat16(-0.25f), ckpt::bfloat16(8.f)};
+  m.z = {{3, 4}, {0, -1}, {1e-3f, 0}};
+  m.step = 42;
+  return m;
+}
+
+std::uint64_t bytes_of(const Layer& l) { return (l.w.size() + l.b.size()) * sizeof(float); }
+
+TEST_CASE("ckpt du: bytes and elements per subtree, largest first, with dtypes; per step on a manager root") {
+  REQUIRE(fs::exists(CKPT_CLI));
+  test::TempDir tmp;
+  const Model m = make_model(0);
+  ckpt::save(tmp / "native", m);
+  ckpt::save<ckpt::orbax>(tmp / "orbax", m);
+  const std::uint64_t total = bytes_of(m.enc) + bytes_of(m.dec) + m.ema.size() * 8 + m.counts.size() * 4 + m.mask.size() +
+                              m.h.size() * 2 + m.z.size() * 8 + 8;
+  for (const char* which : {"native", "orbax"}) {
+    CAPTURE(which);
+    auto r = cli("du --json " + (tmp / which).string());
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["bytes"] == total);
+    CHECK(j["leaves"] == 10);
+    CHECK(j["elements"] == 300 + 20 + 5000 + 3 + 40 + 4 + 4 + 3 + 3 + 1);
+    CHECK(j["on_disk"].get<std::uint64_t>() > 0);
+    // largest first: dec (20 KB), then ema (320 B), enc (1280 B) before it
+    const auto& c = j["children"];
+    REQUIRE(c.size() == 8);
+    CHECK(c[0]["name"] == "dec");
+    CHECK(c[0]["bytes"] == bytes_of(m.dec));
+    CHECK(c[1]["name"] == "enc");
+    CHECK(c[1]["bytes"] == bytes_of(m.enc));
+    CHECK(c[1]["elements"] == 320);
+    CHECK(c[1]["dtypes"] == nlohmann::json{{"float32", bytes_of(m.enc)}});
+    CHECK(c[1]["children"][0]["path"] == "enc.w");  // 1200 bytes before 80
+    CHECK(c[1]["children"][0]["shape"] == nlohmann::json::array({300}));
+    CHECK(c[2]["name"] == "ema");
+    for (std::size_t i = 1; i < c.size(); ++i) CHECK(c[i - 1]["bytes"].get<std::uint64_t>() >= c[i]["bytes"].get<std::uint64_t>());
+    CHECK(j["dtypes"]["float64"] == m.ema.size() * 8);
+    CHECK(j["dtypes"]["complex64"] == 24);
+  }
+  // --depth 1: the subtrees summed, not listed
+  auto j = nlohmann::json::parse(cli("du --json --depth 1 " + (tmp / "native").string()).out);
+  CHECK(j["children"][0]["bytes"] == bytes_of(m.dec));
+  CHECK(!j["children"][0].contains("children"));
+  auto r = cli("du " + (tmp / "native").string());
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("enc.w[300]") != std::string::npos);
+  CHECK(r.out.find("dec") < r.out.find("enc"));
+
+  // A manager's root: per step, each step's own tree.
+  {
+    ckpt::CheckpointManager<Model> mgr(tmp / "run");
+    mgr.save(1, m);
+    Model bigger = m;
+    bigger.dec.w.resize(10000, 0.5f);
+    mgr.save(2, bigger);
+  }
+  r = cli("du --json " + (tmp / "run").string());
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  j = nlohmann::json::parse(r.out);
+  REQUIRE(j["steps"].size() == 2);
+  CHECK(j["steps"][0]["step"] == 1);
+  CHECK(j["steps"][0]["bytes"] == total);
+  CHECK(j["steps"][1]["step"] == 2);
+  CHECK(j["steps"][1]["bytes"] == total + 5000 * 4);
+  CHECK(j["steps"][1]["children"][0]["bytes"] == bytes_of(m.dec) + 5000 * 4);
+  CHECK(j["bytes"] == 2 * total + 5000 * 4);
+  r = cli("du " + (tmp / "run").string());
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("step 1") < r.out.find("step 2"));
+  r = cli("stats " + (tmp / "run").string());  // stats reads one checkpoint: it says which to give
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("2 step checkpoints") != std::string::npos);
+
+  test::write_bytes(tmp / "junk.txt", {'x'});
+  for (const std::string& bad : {std::string("du /nonexistent/x"), "du --depth -1 " + (tmp / "native").string(),
+                                 "du " + (tmp / "junk.txt").string(), std::string("du")}) {
+    CAPTURE(bad);
+    r = cli(bad);
+    CHECK(r.rc == 2);
+    CHECK(!r.err.empty());
+  }
+}
+
+TEST_CASE("ckpt stats: NaN and Inf counts, min, max, mean, std and L2 per leaf and subtree, streamed, every format") {
+  REQUIRE(fs::exists(CKPT_CLI));
+  test::TempDir tmp;
+  Model m = make_model(0.5f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  m.enc.w[3] = nan;
+  m.enc.w[10] = inf;
+  m.enc.w[11] = -inf;
+  m.enc.b[0] = nan;
+  m.dec.w.resize(100000);  // 400 KB: several pieces under --max-memory 256K
+  for (std::size_t i = 5000; i < m.dec.w.size(); ++i) m.dec.w[i] = static_cast<float>(i % 1000) * 1e-3f - 0.4f;
+  ckpt::save(tmp / "native", m);
+  ckpt::save<ckpt::safetensors>(tmp / "m.safetensors", m);
+  ckpt::save<ckpt::t5x>(tmp / "t5x", m);
+
+  Expect w, b, enc, dw, db, dec, ema, counts, mask, h, z, all;
+  w.add_all(m.enc.w), b.add_all(m.enc.b), dw.add_all(m.dec.w), db.add_all(m.dec.b), ema.add_all(m.ema);
+  counts.add_all(m.counts), mask.add_all(m.mask);
+  for (auto x : m.h) h.add(static_cast<float>(x));
+  for (auto x : m.z) z.add(std::abs(std::complex<double>(x)));
+  enc.add_all(m.enc.w).add_all(m.enc.b);
+  dec.add_all(m.dec.w).add_all(m.dec.b);
+  for (const Expect* e : {&enc, &dec, &ema, &counts, &mask, &h, &z})
+    for (double x : e->finite) all.add(x);
+  all.nan = enc.nan, all.inf = enc.inf, all.elements += enc.nan + enc.inf;
+  all.add(42);  // step
+
+  for (const std::string which : {"native", "m.safetensors", "t5x"}) {
+    CAPTURE(which);
+    for (const char* budget : {"", " --max-memory 256K"}) {
+      CAPTURE(budget);
+      if (which == "t5x" && *budget) continue;  // below: t5x reads leaves whole
+      auto r = cli("stats --json " + (tmp / which).string() + budget);
+      INFO(r.err);
+      REQUIRE(r.rc == 1);  // NaN and Inf found
+      const auto j = nlohmann::json::parse(r.out);
+      w.check(row(j["leaves"], "enc.w"));
+      b.check(row(j["leaves"], "enc.b"));
+      dw.check(row(j["leaves"], "dec.w"));
+      db.check(row(j["leaves"], "dec.b"));
+      ema.check(row(j["leaves"], "ema"));
+      counts.check(row(j["leaves"], "counts"));
+      mask.check(row(j["leaves"], "mask"));
+      h.check(row(j["leaves"], "h"));
+      z.check(row(j["leaves"], "z"));
+      enc.check(row(j["subtrees"], "enc"));
+      dec.check(row(j["subtrees"], "dec"));
+      all.check(row(j["subtrees"], ""));
+      CHECK(row(j["subtrees"], "enc")["leaves"] == 2);
+      CHECK(row(j["leaves"], "enc.w")["dtype"] == "float32");
+    }
+  }
+  // A leaf stored as a box of a global array (Sharded): read a slab of rows at a time.
+  struct Boxed {
+    ckpt::Sharded<std::vector<float>> v;
+    std::vector<float> plain;
+  };
+  Boxed bx;
+  for (int i = 0; i < 200000; ++i) bx.plain.push_back(static_cast<float>((i * 7919) % 1000) * 0.01f - 3.f);
+  bx.plain[123456] = nan;
+  bx.v = {{200000}, {0}, bx.plain};
+  ckpt::save(tmp / "boxed", bx);
+  REQUIRE(!ckpt::open_index(tmp / "boxed")->find(ckpt::Path::parse("v"))->boxes.empty());
+  {
+    auto r = cli("stats --json --max-memory 256K " + (tmp / "boxed").string());
+    INFO(r.err);
+    REQUIRE(r.rc == 1);
+    const auto j = nlohmann::json::parse(r.out);
+    Expect e;
+    e.add_all(bx.plain);
+    e.check(row(j["leaves"], "v"));
+    e.check(row(j["leaves"], "plain"));
+  }
+  // The table names the leaves with NaN or Inf on stderr; exit 1.
+  auto r = cli("stats " + (tmp / "native").string());
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("enc.w") != std::string::npos);
+  CHECK(r.err.find("2 leaves hold NaN or Inf: enc.b, enc.w") != std::string::npos);
+  r = cli("show " + (tmp / "native").string() + " enc.w");  // show's figures are the same, of the finite values
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("(1 NaN, 2 Inf)") != std::string::npos);
+  // All finite: exit 0.
+  ckpt::save(tmp / "finite", make_model(0));
+  r = cli("stats " + (tmp / "finite").string());
+  CHECK(r.rc == 0);
+  CHECK(r.err.empty());
+
+  // t5x reads a leaf whole: 400 KB does not fit half of 256K; a clear error, nothing printed.
+  r = cli("stats " + (tmp / "t5x").string() + " --max-memory 256K");
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("dec.w") != std::string::npos);
+  CHECK(r.err.find("--max-memory") != std::string::npos);
+  // A flipped byte in dec.w's data: the checksum fails while streaming, naming the leaf.
+  fs::copy(tmp / "native", tmp / "broken", fs::copy_options::recursive);
+  for (const auto& f : fs::directory_iterator(tmp / "broken"))
+    if (f.path().filename().string().rfind("data", 0) == 0 && fs::file_size(f.path()) > 300000) {
+      std::fstream s(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+      s.seekp(200000);
+      s.put('\x7f');
+    }
+  r = cli("stats " + (tmp / "broken").string() + " --max-memory 256K");
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("dec.w") != std::string::npos);
+  for (const std::string& bad : {std::string("stats /nonexistent/x"), "stats " + tmp.path().string(),
+                                 "stats " + (tmp / "native").string() + " --max-memory lots"}) {
+    CAPTURE(bad);
+    r = cli(bad);
+    CHECK(r.rc == 2);
+    CHECK(!r.err.empty());
+  }
+}
+
+TEST_CASE("ckpt diff --rel: each leaf's relative L2 change and largest difference, most moved first") {
+  REQUIRE(fs::exists(CKPT_CLI));
+  test::TempDir tmp;
+  const Model a = make_model(0);
+  Model b = make_model(0.25f);  // enc moves, dec does not
+  b.z[0] = {3, 5};
+  b.ema[2] = std::numeric_limits<double>::quiet_NaN();
+  ckpt::save(tmp / "a", a);
+  ckpt::save<ckpt::orbax>(tmp / "b", b);
+  const auto moved = [](const auto& x, const auto& y) {  // ||x-y|| / ||x||, max |x-y|
+    double d2 = 0, a2 = 0, mx = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double d = std::abs(std::complex<double>(x[i]) - std::complex<double>(y[i]));
+      d2 += d * d, a2 += std::norm(std::complex<double>(x[i])), mx = std::max(mx, d);
+    }
+    return std::pair(std::sqrt(d2) / std::sqrt(a2), mx);
+  };
+  auto r = cli("diff --rel --json " + (tmp / "a").string() + " " + (tmp / "b").string() + " --max-memory 256K");
+  INFO(r.err);
+  REQUIRE(r.rc == 1);
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& mv = j["moved"];
+  CHECK(mv.size() == 10);
+  CHECK(mv[0]["path"] == "ema");  // a NaN difference first
+  CHECK(mv[0]["rel_l2"].is_null());
+  CHECK(mv[0]["nonfinite_diff"] == 1);
+  for (const auto& pf : {std::pair(std::string("enc.w"), moved(a.enc.w, b.enc.w)),
+                         std::pair(std::string("enc.b"), moved(a.enc.b, b.enc.b)),
+                         std::pair(std::string("z"), moved(a.z, b.z))}) {
+    const std::string& path = pf.first;  // not a structured binding: CAPTURE's lambda takes it (clang 14)
+    const auto& fig = pf.second;
+    CAPTURE(path);
+    const auto& x = row(mv, path);
+    CHECK(x["rel_l2"].get<double>() == doctest::Approx(fig.first).epsilon(1e-12));
+    CHECK(x["max_abs_diff"].get<double>() == doctest::Approx(fig.second).epsilon(1e-12));
+    CHECK(row(j["changed"], path)["rel_l2"] == x["rel_l2"]);
+  }
+  CHECK(row(mv, "dec.w")["rel_l2"] == 0.0);
+  CHECK(row(mv, "dec.w")["max_abs_diff"] == 0.0);
+  for (std::size_t i = 2; i < mv.size(); ++i) CHECK(mv[i - 1]["rel_l2"].get<double>() >= mv[i]["rel_l2"].get<double>());
+  CHECK(j["changed"].size() == 4);  // enc.w, enc.b, z, ema
+  CHECK(j["unchanged"] == 6);
+  // The table: most moved first.
+  r = cli("diff --rel " + (tmp / "a").string() + " " + (tmp / "b").string());
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("ema") < r.out.find("enc.b"));
+  CHECK(r.out.find("enc.b") < r.out.find("dec.w"));
+  CHECK(cli("diff --rel " + (tmp / "a").string() + " " + (tmp / "a").string()).rc == 0);
+  // A string leaf has no figures: it differs, or not.
+  struct Named {
+    std::string s;
+    std::vector<float> v;
+  };
+  ckpt::save(tmp / "s1", Named{"abc", {3, 4}});
+  ckpt::save(tmp / "s2", Named{"abcd", {3, 4}});
+  r = cli("diff --rel --json " + (tmp / "s1").string() + " " + (tmp / "s2").string());
+  CHECK(r.rc == 1);
+  const auto js = nlohmann::json::parse(r.out);
+  REQUIRE(js["changed"].size() == 1);
+  CHECK(js["changed"][0] == nlohmann::json{{"path", "s"}});
+  CHECK(row(js["moved"], "v")["l2_a"] == 5.0);
+  r = cli("diff --rel " + (tmp / "s1").string() + " " + (tmp / "s2").string());
+  CHECK(r.out.find("~ s  differs") != std::string::npos);
+  r = cli("diff --rel " + (tmp / "a").string() + " /nonexistent/x");
+  CHECK(r.rc == 2);
+  CHECK(!r.err.empty());
 }
 
 }  // namespace cli_test

@@ -947,6 +947,16 @@ TEST_CASE("storage: the ckpt tool lists, reads, verifies and converts s3:// chec
   CHECK(r.rc == 0);
   CHECK(r.out.find("weights") != std::string::npos);
   CHECK(shell(env + " verify s3://bkt/cli/5").rc == 0);
+  // du per step of the root and per subtree; stats read by ranges from the objects.
+  r = shell(env + " du --json s3://bkt/cli");
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("\"step\":5") != std::string::npos);
+  CHECK(r.out.find("\"name\":\"weights\"") != std::string::npos);
+  r = shell(env + " stats --json s3://bkt/cli/5 --max-memory 1M");
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("\"path\":\"weights\"") != std::string::npos);
+  CHECK(r.out.find("\"elements\":2000") != std::string::npos);
+  CHECK(shell(env + " diff --rel s3://bkt/cli/5 s3://bkt/cli/5").rc == 0);
   test::TempDir tmp;
   r = shell(env + " convert s3://bkt/cli/5 " + (tmp / "local").string() + " --to native");
   CHECK(r.rc == 0);

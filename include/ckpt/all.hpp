@@ -8,5 +8,6 @@
 #include <ckpt/migrate.hpp>
 #include <ckpt/manager.hpp>
 #include <ckpt/formats.hpp>
+#include <ckpt/leaf/stats.hpp>
 #include <ckpt/storage/memory.hpp>
 #include <ckpt/storage/posix.hpp>
