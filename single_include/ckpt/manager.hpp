@@ -1026,7 +1026,7 @@ class MapFields {
 #include <msgpack.hpp>
 
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 inline constexpr std::size_t record_bytes = 40;
 // Where each field lies in a record (the layout above), for the writer and the reader.
@@ -1203,7 +1203,7 @@ struct LeafRecords {
   }
 };
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native
 #endif  // CKPT_SINGLE_CKPT_FORMAT_NATIVE_LEAF_RECORDS_HPP
 // end ckpt/format/native/leaf_records.hpp
 // begin ckpt/io/tile_checksums.hpp
@@ -1305,7 +1305,7 @@ inline std::vector<std::uint64_t> tile_checksums(std::span<const std::byte> byte
 #endif  // CKPT_SINGLE_CKPT_IO_TILE_CHECKSUMS_HPP
 // end ckpt/io/tile_checksums.hpp
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 inline constexpr const char* format_name = "ckpt-native";
 // 1: every leaf stored whole, one checksum each. 2: some leaves stored as boxes
@@ -1952,7 +1952,7 @@ inline IndexEntries decode_manifest(std::span<const std::byte> bytes, const std:
   return entries;
 }
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native
 #endif  // CKPT_SINGLE_CKPT_FORMAT_NATIVE_MANIFEST_HPP
 // end ckpt/format/native/manifest.hpp
 // begin ckpt/format/native/reader.hpp
@@ -2110,7 +2110,7 @@ inline void LeafVerifier::check_chunk(std::uint64_t digest, std::uint64_t size) 
 #endif  // CKPT_SINGLE_CKPT_INDEX_VERIFIER_HPP
 // end ckpt/index/verifier.hpp
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 class ObjectReader final : public IndexReader {
   // Against the leaf's xxh3, or its chunks' (format v2).
@@ -2210,7 +2210,7 @@ class ObjectReader final : public IndexReader {
   storage::Location loc_;
 };
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native
 #endif  // CKPT_SINGLE_CKPT_FORMAT_NATIVE_OBJECT_READER_HPP
 // end ckpt/format/native/object_reader.hpp
 // begin ckpt/io/batch_read.hpp
@@ -2397,7 +2397,7 @@ inline void pread_ranges(const File& f, std::span<const RangeRead> ops, const st
 // end ckpt/io/batch_read.hpp
 #include "storage/posix.hpp"
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 namespace fs = std::filesystem;
 
@@ -2955,7 +2955,7 @@ inline std::shared_ptr<const Index> open(const fs::path& dir) {
   return open(storage::directory_location(dir));
 }
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native
 #endif  // CKPT_SINGLE_CKPT_FORMAT_NATIVE_READER_HPP
 // end ckpt/format/native/reader.hpp
 // begin ckpt/format/native/writer.hpp
@@ -3100,7 +3100,7 @@ inline void box_sharded_entries(const std::string& dir, const Snapshot& snap, In
 #include "storage/posix.hpp"
 
 namespace ckpt::detail::native {
-using namespace ckpt::native_format;  // the format's names (alignment, data_file_name, ...)
+using namespace ckpt::detail::native;  // the format's names (alignment, data_file_name, ...)
 inline const std::byte* zero_page() {
   alignas(4096) static const std::byte zeros[alignment] = {};
   return zeros;
@@ -3289,7 +3289,7 @@ inline void write_data_file(const std::filesystem::path& file, const Snapshot& s
 }
 }  // namespace ckpt::detail::native
 
-namespace ckpt::native_format {
+namespace ckpt::detail::native {
 
 // Writes the checkpoint under loc (an empty staging directory, or an object-store
 // prefix with nothing under it); the caller publishes it.
@@ -3355,7 +3355,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
   write(snap, storage::directory_location(dir, storage::Publish::in_place), opt);
 }
 
-}  // namespace ckpt::native_format
+}  // namespace ckpt::detail::native
 #endif  // CKPT_SINGLE_CKPT_FORMAT_NATIVE_WRITER_HPP
 // end ckpt/format/native/writer.hpp
 
@@ -3401,7 +3401,7 @@ inline std::map<std::string, BaseLeaf> linkable_leaves(const fs::path& base) {
   if (base.empty()) return out;
   std::shared_ptr<const Index> index;
   try {
-    index = native_format::open(base);
+    index = detail::native::open(base);
   } catch (const Error&) {
     return out;  // no usable previous step: everything is written
   }
@@ -3430,7 +3430,7 @@ inline std::map<std::string, BaseLeaf> linkable_leaves(const fs::path& base) {
 // caller hashes the rest, if any, while it writes.
 inline bool same_as_base(std::span<const std::byte> bytes, dtype type, const Shape& shape, const BaseLeaf& b,
                          std::vector<std::uint64_t>& chunks) {
-  constexpr std::uint64_t chunk = native_format::checksum_chunk_bytes;
+  constexpr std::uint64_t chunk = detail::native::checksum_chunk_bytes;
   const std::size_t nchunks = static_cast<std::size_t>((bytes.size() + chunk - 1) / chunk);
   if (b.type != type || b.shape != shape || b.length != bytes.size() ||
       !(nchunks > 1 ? b.chunk_bytes == chunk && b.chunks.size() == nchunks : b.chunks.empty()))
@@ -3471,7 +3471,7 @@ inline io::File write_own_file(const fs::path& file, std::span<const std::byte> 
 // Writes snap into the staging directory `dir` as a native checkpoint, linking the
 // unchanged own-file leaves of `base` (the previous step's directory; empty: none).
 inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOptions& opt, const fs::path& base) {
-  using namespace native_format;
+  using namespace ckpt::detail::native;
   WriteResult result;
   result.bytes_total = snap.total_bytes();
   exec::ProgressTracker progress(opt.progress, result.bytes_total, snap.leaves.size(), dir.string());
@@ -3608,7 +3608,7 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
   }
   for (std::size_t i : shared) result.bytes_written += entries[i].length;
 
-  detail::native::box_sharded_entries(dir.string(), snap, entries);  // Sharded leaves, as native_format::write
+  detail::native::box_sharded_entries(dir.string(), snap, entries);  // Sharded leaves, as detail::native::write
   IndexInfo info;
   info.type_name = snap.type_name;
   info.schema = snap.schema;
@@ -3690,6 +3690,7 @@ struct SaveStats {
 #endif  // CKPT_SINGLE_CKPT_MANAGER_SAVE_STATS_HPP
 // end ckpt/manager/save_stats.hpp
 #include "migrate.hpp"
+#include "storage/posix.hpp"
 
 namespace ckpt {
 
@@ -3706,10 +3707,10 @@ struct StepWrite {
   // unchanged leaves are linked (empty: none yet). Unset: write everything.
   std::optional<std::filesystem::path> incremental_base;
   // On every process, into the staging directory once its share is written: its items.
-  std::function<void(const std::filesystem::path& staging)> in_staging;
+  std::function<void(const storage::Location& staging)> in_staging;
   // On rank 0, after in_staging and before the commit: the step metadata, with the
   // figures so far.
-  std::function<void(const std::filesystem::path& staging)> before_commit;
+  std::function<void(const storage::Location& staging)> before_commit;
   // This process's figures; an incremental write fills in its share before
   // before_commit runs.
   SaveStats* stats = nullptr;
@@ -3755,7 +3756,7 @@ struct one_process {
   template <class Format>
   void save_step(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                  const detail::manager::StepWrite& w) const {
-    const auto hooks = [&](const std::filesystem::path& staging) {
+    const auto hooks = [&](const storage::Location& staging) {
       w.in_staging(staging);
       w.before_commit(staging);
     };
@@ -3764,7 +3765,7 @@ struct one_process {
         detail::incremental::save_staged(dir, snap, opts, *w.incremental_base,
                                          [&](const std::filesystem::path& staging, const detail::incremental::WriteResult& r) {
                                            w.took(r.bytes_written, r.bytes_linked, r.leaves_linked);
-                                           hooks(staging);
+                                           hooks(storage::directory_location(staging, storage::Publish::in_place));
                                          });
         return;
       }
@@ -3922,28 +3923,21 @@ nlohmann::json read_item_json(const std::filesystem::path& file, Read&& read) {
   return ckpt::detail::parse_json(bytes, file.string(), "", "item");
 }
 
-// Writes every item into <step_dir>/items/, durably; step_dir is still a staging directory.
+// Writes every item under <step>/items/ through the storage (the step is still a
+// staging directory, or an object-store prefix without its commit marker): a tree item
+// in the step's format, a JSON item as one object.
 template <class Format>
-void write_items(const std::filesystem::path& step_dir, const Items& items, const SaveOptions& opts) {
-  if (items.empty()) return;
-  const auto dir = step_dir / items_dir;
-  std::error_code ec;
-  std::filesystem::create_directory(dir, ec);
-  if (ec) throw Error(dir.string(), "", "cannot create the items directory: " + ec.message());
+void write_items(const storage::Location& step, const Items& items, const SaveOptions& opts) {
+  const storage::Location dir = step.child(items_dir);
   for (const auto& [name, item] : items) {
-    check_item_name(step_dir, name);
+    check_item_name(step.url, name);
     if (item.type() == Item::kind::tree) {
-      const auto sub = dir / name;
-      std::filesystem::create_directory(sub, ec);
-      if (ec) throw Error(sub.string(), "", "cannot create the item's directory: " + ec.message());
-      Format::write(item.snapshot(), sub, opts);
-      io::sync_dir(sub);
+      Format::write_to(item.snapshot(), dir.child(name), opts);
     } else {
       const std::string text = item.json_value().dump(1);
-      io::write_file_synced(dir / (name + ".json"), std::as_bytes(std::span(text)));
+      dir.storage->put(dir.key(name + ".json"), std::as_bytes(std::span(text)));
     }
   }
-  io::sync_dir(dir);
 }
 
 }  // namespace detail::manager
@@ -4413,21 +4407,20 @@ inline Metrics parse_metrics_item(const std::vector<std::byte>& bytes, const std
   return out;
 }
 
-// Writes <dir>/_CHECKPOINT_METADATA into a staging directory. A format that writes
-// the same file itself (ckpt::orbax, whose layout it is) keeps its keys; the
-// manager's keys are merged over them. In Orbax's layout (the format's file has
-// item_handlers) the metrics go where Orbax 0.11 writes them: the item
+// Writes <step>/_CHECKPOINT_METADATA through the storage, into a step not yet
+// committed (a staging directory, an object-store prefix without its marker). A
+// format that writes the same file itself (ckpt::orbax, whose layout it is) keeps its
+// keys; the manager's keys are merged over them. In Orbax's layout (the format's file
+// has item_handlers) the metrics go where Orbax 0.11 writes them: the item
 // metrics/metrics, named in item_handlers, with "metrics": {} and an empty
 // custom_metadata object left as the format wrote them.
-inline void write_step_metadata(const std::filesystem::path& dir, const StepMetadata& m) {
-  const std::filesystem::path file = dir / step_metadata_file;
+inline void write_step_metadata(const storage::Location& step, const StepMetadata& m) {
+  const std::string key = step.key(step_metadata_file);
   nlohmann::json out = to_json(m);
-  std::error_code ec;
-  if (std::filesystem::exists(file, ec)) {
-    const auto bytes = io::read_file(file, max_step_metadata_bytes);
+  if (const auto bytes = step.storage->read_all(key, max_step_metadata_bytes)) {
     nlohmann::json merged;
     try {
-      merged = detail::parse_json({reinterpret_cast<const char*>(bytes.data()), bytes.size()}, dir.string(), "",
+      merged = detail::parse_json({reinterpret_cast<const char*>(bytes->data()), bytes->size()}, step.url, "",
                                   step_metadata_file);
     } catch (const Error&) {  // not the format's JSON after all: the manager's replaces it
     }
@@ -4440,22 +4433,19 @@ inline void write_step_metadata(const std::filesystem::path& dir, const StepMeta
         for (const auto& [k, v] : m.metrics)
           if (std::isfinite(v)) item[k] = v;
         if (!item.empty()) {  // as Orbax: no metrics, no item
-          const auto item_dir = dir / orbax_metrics_item;
-          std::filesystem::create_directory(item_dir, ec);
-          if (ec) throw Error(item_dir.string(), "", "cannot create the metrics item: " + ec.message());
           const std::string text = item.dump();
-          io::write_file_synced(item_dir / orbax_metrics_files[0], std::as_bytes(std::span(text)));
-          io::sync_dir(item_dir);
+          step.storage->put(step.key(std::string(orbax_metrics_item) + "/" + orbax_metrics_files[0]),
+                            std::as_bytes(std::span(text)));
           (*handlers)[orbax_metrics_item] = orbax_metrics_handler;
         }
       }
       merged.update(out);
       out = std::move(merged);
     }
-    std::filesystem::remove(file);  // the staging directory is not visible yet: no reader sees the gap
+    step.storage->remove({key});  // the step is not visible yet: no reader sees the gap
   }
   const std::string text = out.dump(1);
-  io::write_file_synced(file, std::as_bytes(std::span(text)));
+  step.storage->put(key, std::as_bytes(std::span(text)));
 }
 
 // A 64-bit integer field of untrusted JSON: an integer in range, or a float holding one
@@ -5111,7 +5101,7 @@ bool should_save(std::int64_t step, std::optional<std::int64_t> latest, const O&
 #include <string>
 #include <vector>
 
-namespace ckpt::tf::proto {
+namespace ckpt::detail::tf::proto {
 
 // Reads fields from one message's bytes; every read fails (returns false) rather than
 // running past the end.
@@ -5348,7 +5338,7 @@ inline bool parse_entry(std::span<const std::byte> b, BundleEntry& e) {
   return true;
 }
 
-}  // namespace ckpt::tf::proto
+}  // namespace ckpt::detail::tf::proto
 #endif  // CKPT_SINGLE_CKPT_FORMAT_TF_PROTO_HPP
 // end ckpt/format/tf/proto.hpp
 // begin ckpt/io/tfrecord.hpp
@@ -5546,7 +5536,7 @@ namespace ckpt::tensorboard {
 namespace fs = std::filesystem;
 
 namespace detail {
-using tf::proto::WireReader;
+using ckpt::detail::tf::proto::WireReader;
 
 inline double fixed_double(std::span<const std::byte> b) {
   std::uint64_t v = 0;
@@ -6217,11 +6207,11 @@ class CheckpointManager {
           write.incremental_base = steps_.empty() ? std::filesystem::path() : root_ / steps_.rbegin()->second.name;
         }
       }
-      write.in_staging = [&](const std::filesystem::path& staging) {
+      write.in_staging = [&](const storage::Location& staging) {
         detail::manager::write_items<format_type>(staging, job.items, opts);
       };
       // The metadata goes in last, with the figures of the write so far.
-      write.before_commit = [&](const std::filesystem::path& staging) {
+      write.before_commit = [&](const storage::Location& staging) {
         job.stats.write_seconds = seconds();
         job.metadata.save_stats = job.stats.to_json();
         job.metadata.commit_timestamp_nsecs = detail::manager::now_nsecs();

@@ -229,6 +229,12 @@ class PosixStorage final : public Storage {
   Publish publish_;
 };
 
+// A writer of the new file `file` itself (no sibling, no rename: what io::publish_file's
+// temporary file is filled by, which it renames into place).
+inline std::unique_ptr<ObjectWriter> file_writer(const std::filesystem::path& file) {
+  return std::make_unique<detail::FileWriter>(file, Publish::in_place);
+}
+
 // A local directory as a Location (its path is its URL): what the native format and
 // the manager use for plain paths.
 inline Location directory_location(const std::filesystem::path& dir, Publish publish = Publish::atomic) {
