@@ -5,8 +5,12 @@
 // into <source>/.s3rver when missing) and stopped at exit.
 #include "support.hpp"
 
+#if __has_include(<ckpt/format/ocdbt/database.hpp>)  // the multi-header tree
 #include <ckpt/format/ocdbt/database.hpp>
 #include <ckpt/storage/kvstore.hpp>
+#else  // the single header: its every part
+#include <ckpt/all.hpp>
+#endif
 #include <ckpt/storage/memory.hpp>
 #include <ckpt/storage/posix.hpp>
 #if defined(CKPT_HAVE_S3)
