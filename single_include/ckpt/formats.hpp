@@ -4784,7 +4784,7 @@ struct KvArray {
   // (whole shards) that meet it.
   void read_box(const Shape& origin, const Shape& shape, std::span<std::byte> dst, const Fail& fail) const {
     Scratch enc;
-    detail::zarr::read_box(meta.chunks, meta.chunk_bytes(), dtype_size(meta.type), meta.fill, origin, shape, dst,
+    ckpt::detail::zarr::read_box(meta.chunks, meta.chunk_bytes(), dtype_size(meta.type), meta.fill, origin, shape, dst,
                    [&](const std::vector<std::int64_t>& idx, std::span<std::byte> raw) { return load_chunk(idx, raw, enc, fail); });
   }
 };
