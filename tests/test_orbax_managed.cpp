@@ -250,10 +250,11 @@ TEST_CASE("an Orbax step ckpt's manager saves is laid out as Orbax 0.11 lays out
   const json theirs = read_json(root / "0/_CHECKPOINT_METADATA");
   const json ours = read_json(root / "1/_CHECKPOINT_METADATA");
   // Every key Orbax wrote, of the same JSON type.
-  for (const auto& [key, value] : theirs.items()) {
+  for (auto it = theirs.begin(); it != theirs.end(); ++it) {
+    const std::string key = it.key();
     CAPTURE(key);
     REQUIRE(ours.contains(key));
-    CHECK(ours[key].type() == value.type());
+    CHECK(ours[key].type() == it.value().type());
   }
   // The metrics are not here: "metrics": {}, as Orbax writes it ...
   CHECK(theirs["metrics"] == json::object());
