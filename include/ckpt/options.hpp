@@ -1,6 +1,7 @@
 // ckpt/options.hpp — the run-time knobs of save and restore, as designated-initializer structs.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,6 +39,10 @@ struct SaveOptions {
   // The native and safetensors writers write streamed leaves (ckpt::convert) through
   // buffers within it; see docs/benchmarks.md "Memory budget" for what each format holds.
   std::uint64_t max_memory = 0;
+  // When set, the native writers add to it the NaN and infinite elements of the
+  // floating and complex leaves they write, counted in the loop that hashes each piece
+  // (no second pass over the bytes). What a CheckpointManager's guard_non_finite reads.
+  std::atomic<std::uint64_t>* non_finite = nullptr;
 };
 
 struct RestoreOptions {

@@ -116,9 +116,11 @@ inline std::map<std::string, BaseLeaf> linkable_leaves(const fs::path& base) {
 // hashed chunk by chunk (checksum_chunk_bytes) into `chunks` against the previous
 // step's piece, stopping at the first difference (a changed piece then costs one extra
 // chunk hash, no more). True when b is the same piece and every chunk matched; the
-// caller hashes the rest, if any, while it writes.
+// caller hashes the rest, if any, while it writes. Each chunk hashed is counted into
+// non_finite (SaveOptions::non_finite) as well: a linked leaf is hashed whole, so its
+// NaN and infinities are this step's own count, not the previous step's.
 inline bool same_as_base(std::span<const std::byte> bytes, dtype type, const Shape& shape, const BaseLeaf& b,
-                         std::vector<std::uint64_t>& chunks) {
+                         std::vector<std::uint64_t>& chunks, std::atomic<std::uint64_t>* non_finite = nullptr) {
   constexpr std::uint64_t chunk = detail::native::checksum_chunk_bytes;
   const std::size_t nchunks = static_cast<std::size_t>((bytes.size() + chunk - 1) / chunk);
   if (b.type != type || b.shape != shape || b.length != bytes.size() ||
@@ -126,25 +128,32 @@ inline bool same_as_base(std::span<const std::byte> bytes, dtype type, const Sha
     return false;
   for (std::size_t c = 0; c < nchunks; ++c) {
     const std::size_t at = static_cast<std::size_t>(c * chunk);
-    chunks.push_back(io::xxh3(bytes.subspan(at, std::min<std::size_t>(chunk, bytes.size() - at))));
+    const auto part = bytes.subspan(at, std::min<std::size_t>(chunk, bytes.size() - at));
+    chunks.push_back(io::xxh3(part));
+    detail::native::count_non_finite(non_finite, type, part);
     if (chunks.back() != (nchunks > 1 ? b.chunks[c] : b.checksum)) return false;
   }
   return true;
 }
 
 // Writes one leaf alone into `file` (no padding). chunks holds the checksums of its
-// first chunks (hashed while comparing with the previous step); the rest are hashed
-// here, each just before it is written, while it is in cache.
+// first chunks (hashed while comparing with the previous step, and counted then); the
+// rest are hashed, and counted into non_finite, here, each just before it is written,
+// while it is in cache.
 // The file is returned open and not yet fsynced: the caller syncs every new file at
 // the end, on several threads at once, so that their journal commits overlap instead
 // of queueing one after another (one fsync per leaf, in turn, doubled the save time).
 inline io::File write_own_file(const fs::path& file, std::span<const std::byte> bytes,
-                               std::vector<std::uint64_t>& chunks, exec::ProgressTracker& progress) {
+                               std::vector<std::uint64_t>& chunks, exec::ProgressTracker& progress,
+                               dtype type = dtype::none, std::atomic<std::uint64_t>* non_finite = nullptr) {
   io::File f = io::File::create(file);
   std::uint64_t flushed = 0;
   for (std::size_t done = 0, k = 0; done < bytes.size(); done += detail::native::write_piece, ++k) {
     const auto part = bytes.subspan(done, std::min(detail::native::write_piece, bytes.size() - done));
-    if (k >= chunks.size()) chunks.push_back(io::xxh3(part));
+    if (k >= chunks.size()) {
+      chunks.push_back(io::xxh3(part));
+      detail::native::count_non_finite(non_finite, type, part);
+    }
     io::write_all(f, part, file);
     progress.add(part.size(), 0);
     const std::uint64_t written = done + part.size();
@@ -213,7 +222,8 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
     for (std::size_t j; (j = next.fetch_add(1)) < njobs;) {
       try {
         if (j < first_own) {
-          detail::native::write_data_file(dir / data_file_name(0), snap, entries, shared, &progress);
+          detail::native::write_data_file(dir / data_file_name(0), snap, entries, shared, &progress,
+                                          std::size_t{16} << 20, opt.non_finite);
           continue;
         }
         const std::size_t k = own_jobs[j - first_own];
@@ -228,7 +238,7 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
         const auto& box = snap.leaves[i].box;
         if (const auto it = previous.find(piece_key(e.path, box ? &box->origin : nullptr)); it != previous.end()) {
           const BaseLeaf& b = it->second;
-          if (same_as_base(bytes, e.type, e.shape, b, chunks) && ::link((base / b.file).c_str(), target.c_str()) == 0) {
+          if (same_as_base(bytes, e.type, e.shape, b, chunks, opt.non_finite) && ::link((base / b.file).c_str(), target.c_str()) == 0) {
             e.checksum = b.checksum;
             if (nchunks > 1) {
               e.chunk_bytes = chunk;
@@ -239,7 +249,7 @@ inline WriteResult write(const Snapshot& snap, const fs::path& dir, const SaveOp
             continue;
           }
         }
-        io::File f = write_own_file(target, bytes, chunks, progress);
+        io::File f = write_own_file(target, bytes, chunks, progress, e.type, opt.non_finite);
         {
           const std::lock_guard lock(error_mutex);
           unsynced.emplace_back(std::move(f), target);

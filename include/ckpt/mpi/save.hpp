@@ -29,7 +29,9 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -203,8 +205,9 @@ inline Plan make_plan(const std::string& dir, const std::vector<std::vector<Leaf
   return plan;
 }
 
-// What a rank wrote: per job, its checksum then its piece checksums (count first);
-// and what it linked from the previous step instead (incremental saves).
+// What a rank wrote: per job, its checksum then its piece checksums (count first),
+// and last the NaN and infinite elements it counted (SaveOptions::non_finite); and
+// what it linked from the previous step instead (incremental saves).
 struct Written {
   std::vector<std::uint64_t> sums;
   std::uint64_t bytes_written = 0, bytes_linked = 0;
@@ -215,9 +218,11 @@ struct Written {
 // (incremental saves) into those, or hard-linked from `base` (the previous step's
 // directory) where it holds the same piece (incremental::linkable_leaves). progress
 // (SaveOptions::progress) hears of this rank's share: its bytes and its jobs (a leaf,
-// a box, or a part of a replicated leaf).
+// a box, or a part of a replicated leaf). non_finite counts the NaN and infinities of
+// the pieces as they are hashed.
 inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& snap, const std::vector<Job>& jobs,
-                          const ProgressFn& progress_fn, const std::string& name, const fs::path& base = {}) {
+                          const ProgressFn& progress_fn, const std::string& name, const fs::path& base = {},
+                          std::atomic<std::uint64_t>* non_finite = nullptr) {
   namespace inc = ckpt::detail::incremental;
   Written out;
   std::uint64_t bytes = 0;
@@ -249,7 +254,8 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
       for (std::size_t k : in_rank_file)
         if (jobs[k].box >= 0) hash_tiles(k);
     });
-    ckpt::detail::native::write_data_file(staging / rank_file(rank), mine, entries, in_rank_file, &progress);
+    ckpt::detail::native::write_data_file(staging / rank_file(rank), mine, entries, in_rank_file, &progress,
+                                          std::size_t{16} << 20, non_finite);
   }
   // Pieces in files of their own: linked when unchanged, else written; fsynced together.
   const auto previous = in_rank_file.size() == jobs.size() ? std::map<std::string, inc::BaseLeaf>{}
@@ -262,7 +268,7 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
     std::vector<std::uint64_t> chunks;
     const fs::path target = staging / j.file;
     const auto it = previous.find(inc::piece_key(snap.leaves[j.leaf].path, j.origin));
-    if (it != previous.end() && inc::same_as_base(bytes_k, snap.leaves[j.leaf].data.type, *j.shape, it->second, chunks) &&
+    if (it != previous.end() && inc::same_as_base(bytes_k, snap.leaves[j.leaf].data.type, *j.shape, it->second, chunks, non_finite) &&
         ::link((base / it->second.file).c_str(), target.c_str()) == 0) {
       out.bytes_linked += j.length;
       ++out.pieces_linked;
@@ -272,7 +278,8 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
         else hash_tiles(k);
       }
     } else {
-      unsynced.emplace_back(inc::write_own_file(target, bytes_k, chunks, progress), target);
+      unsynced.emplace_back(
+          inc::write_own_file(target, bytes_k, chunks, progress, snap.leaves[j.leaf].data.type, non_finite), target);
       progress.add(0, 1);
       if (j.box >= 0) hash_tiles(k);
     }
@@ -355,15 +362,33 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
   std::optional<io::StagingDir> staging;
   const fs::path tmp = make_staging(comm, dir, opts, staging);
 
-  // 3. Every rank writes and fsyncs its files; all agree it went well.
+  // 3. Every rank writes and fsyncs its files; all agree it went well. With
+  // SaveOptions::non_finite, each counts the NaN and infinities of what it writes (rank
+  // 0 also of the inline leaves, its bytes in the manifest), sends its count last in its
+  // sums, and every rank's counter becomes the sum over the ranks.
   Written written;
+  std::atomic<std::uint64_t> counted{0};
   comm.run(name, [&] {
     written = write_jobs(tmp, comm.rank(), snap, plan.jobs[static_cast<std::size_t>(comm.rank())], opts.progress, name,
-                         incremental ? incremental->base : fs::path());
+                         incremental ? incremental->base : fs::path(), opts.non_finite ? &counted : nullptr);
+    if (opts.non_finite && comm.rank() == 0)
+      for (std::size_t i = 0; i < plan.entries.size(); ++i)
+        if (plan.entries[i].file.empty() && plan.entries[i].boxes.empty())
+          ckpt::detail::native::count_non_finite(&counted, snap.leaves[i].data.type, snap.leaves[i].data.view);
     if (in_staging) in_staging(tmp);
   });
   if (incremental) incremental->written = written;
+  written.sums.push_back(counted.load());
   const auto gathered = comm.allgather(std::as_bytes(std::span(written.sums)));
+  if (opts.non_finite) {
+    std::uint64_t total = 0;
+    for (const auto& g : gathered) {
+      std::uint64_t n = 0;
+      if (g.size() >= 8) std::memcpy(&n, g.data() + g.size() - 8, 8);
+      total += n;
+    }
+    opts.non_finite->store(total);
+  }
 
   // 4. Rank 0 writes the manifest and the commit marker, and publishes.
   comm.run(name, [&] {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <filesystem>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/io/checksum.hpp>
 #include <ckpt/io/file.hpp>
+#include <ckpt/leaf/stats.hpp>
 #include <ckpt/options.hpp>
 #include <ckpt/snapshot.hpp>
 #include <ckpt/storage/posix.hpp>
@@ -31,6 +33,13 @@
 
 namespace ckpt::detail::native {
 using namespace ckpt::detail::native;  // the format's names (alignment, data_file_name, ...)
+// Adds the NaN and infinite elements of a piece being written to SaveOptions::non_finite
+// (when set): called beside the piece's xxh3, while the piece is in cache.
+inline void count_non_finite(std::atomic<std::uint64_t>* counter, dtype type, std::span<const std::byte> piece) {
+  if (!counter) return;
+  if (const std::uint64_t n = ckpt::count_non_finite(type, piece)) counter->fetch_add(n, std::memory_order_relaxed);
+}
+
 inline const std::byte* zero_page() {
   alignas(4096) static const std::byte zeros[alignment] = {};
   return zeros;
@@ -69,6 +78,7 @@ inline EntryPlan plan_entries(const Snapshot& snap, const SaveOptions& opt) {
     if ((e.length < opt.inline_threshold && !leaf.data.stream) || e.type == dtype::none) {
       e.inline_bytes = leaf.data.view;
       e.checksum = io::xxh3(e.inline_bytes);
+      count_non_finite(opt.non_finite, e.type, e.inline_bytes);
       plan.inline_bytes += e.length;
       ++plan.inline_leaves;
     } else {
@@ -128,9 +138,11 @@ inline std::size_t stream_buffer_bytes(const SaveOptions& opt, unsigned files) {
 // Streamed leaves are read into a buffer of stream_buffer bytes and appended from it.
 // Progress counts bytes as they are appended when the storage writes them at once (a
 // file), else the caller counts the object's bytes after close() (an upload).
+// non_finite (SaveOptions::non_finite) counts NaN and infinities piece by piece too.
 inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, IndexEntries& entries,
                             const std::vector<std::size_t>& leaves, exec::ProgressTracker* progress = nullptr,
-                            std::size_t stream_buffer = std::size_t{16} << 20) {
+                            std::size_t stream_buffer = std::size_t{16} << 20,
+                            std::atomic<std::uint64_t>* non_finite = nullptr) {
   if (progress && !out.writes_at_once()) progress = nullptr;
   {
     std::uint64_t size = 0;  // each leaf padded to the alignment, as appended below
@@ -162,8 +174,11 @@ inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, In
       for (std::uint64_t done = 0; done < length;) {
         const auto part = std::span(buffer).first(static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size(), length - done)));
         data.stream->read(done, part);
-        for (std::size_t c = 0; c < part.size(); c += write_piece)
-          chunks.push_back(io::xxh3(part.subspan(c, std::min(write_piece, part.size() - c))));
+        for (std::size_t c = 0; c < part.size(); c += write_piece) {
+          const auto piece = part.subspan(c, std::min(write_piece, part.size() - c));
+          chunks.push_back(io::xxh3(piece));
+          count_non_finite(non_finite, data.type, piece);
+        }
         out.append(std::span<const std::byte>(part), false);
         done += part.size();
         if (progress) progress->add(part.size(), 0);
@@ -183,6 +198,7 @@ inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, In
     const auto bytes = data.view;
     if (bytes.size() <= write_piece) {
       entries[i].checksum = io::xxh3(bytes);
+      count_non_finite(non_finite, data.type, bytes);
       add(bytes.data(), bytes.size());
       if (progress) progress->add(bytes.size(), 0);
     } else {
@@ -194,6 +210,7 @@ inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, In
       for (std::size_t done = 0; done < bytes.size(); done += write_piece) {
         const auto part = bytes.subspan(done, std::min(write_piece, bytes.size() - done));
         chunks.push_back(io::xxh3(part));
+        count_non_finite(non_finite, data.type, part);
         add(part.data(), part.size());
         if (progress) progress->add(part.size(), 0);
       }
@@ -212,9 +229,10 @@ inline void write_data_file(storage::ObjectWriter& out, const Snapshot& snap, In
 // incremental save's shared file), fsynced before it returns.
 inline void write_data_file(const std::filesystem::path& file, const Snapshot& snap, IndexEntries& entries,
                             const std::vector<std::size_t>& leaves, exec::ProgressTracker* progress = nullptr,
-                            std::size_t stream_buffer = std::size_t{16} << 20) {
+                            std::size_t stream_buffer = std::size_t{16} << 20,
+                            std::atomic<std::uint64_t>* non_finite = nullptr) {
   storage::detail::FileWriter out(file, storage::Publish::in_place);
-  write_data_file(out, snap, entries, leaves, progress, stream_buffer);
+  write_data_file(out, snap, entries, leaves, progress, stream_buffer, non_finite);
   out.close();
 }
 }  // namespace ckpt::detail::native
@@ -236,7 +254,7 @@ inline void write(const Snapshot& snap, const storage::Location& loc, const Save
   auto write_file = [&](unsigned k) {
     auto out = loc.storage->create(loc.key(data_file_name(k)));
     detail::native::write_data_file(*out, snap, entries, per_file[k], &progress,
-                                    detail::native::stream_buffer_bytes(opt, nfiles));
+                                    detail::native::stream_buffer_bytes(opt, nfiles), opt.non_finite);
     out->close();
     if (!out->writes_at_once()) {  // an upload: its bytes count once it is done
       std::uint64_t bytes = 0;
