@@ -52,6 +52,7 @@ struct StepInfo {
   nlohmann::json custom_metadata{};
   std::map<std::string, std::string> items{};
   nlohmann::json save_stats{};  // the manager's save figures; null when none were stored
+  bool finite = true;  // false: the non-finite guard found NaN or infinities in the step
 };
 
 // The metrics of the step's Orbax metrics item, <step>/metrics/metrics (with
@@ -99,6 +100,7 @@ inline StepInfo load_step_info(const storage::Location& step, std::string name) 
     info.custom_metadata = std::move(m->custom_metadata);
     info.items = std::move(m->items);
     info.save_stats = std::move(m->save_stats);
+    info.finite = m->finite;
   } else if (const auto dir = step.storage->local_directory()) {
     std::error_code ec;
     const auto mtime = std::filesystem::last_write_time(*dir / step.prefix, ec);
@@ -177,7 +179,7 @@ inline const StepInfo& step_info(const StepMap& steps, std::int64_t step, const 
 
 inline std::vector<retain::StepRecord> step_records(const StepMap& steps) {
   std::vector<retain::StepRecord> out;
-  for (const auto& [step, info] : steps) out.push_back({step, info.time, info.metrics});
+  for (const auto& [step, info] : steps) out.push_back({step, info.time, info.metrics, info.finite});
   return out;
 }
 

@@ -5,9 +5,13 @@
 //   {"step": 42, "format": "native",
 //    "init_timestamp_nsecs": ..., "commit_timestamp_nsecs": ...,   // since the Unix epoch
 //    "metrics": {"eval/loss": 0.31}, "custom_metadata": {...},
-//    "items": {"dataset": "tree", "config": "json"}}
+//    "items": {"dataset": "tree", "config": "json"},
+//    "finite": true}                    // ManagerOptions::guard_non_finite only
 // It is written into the staging directory before the commit, so it appears with the step.
 // Non-finite metrics are not stored (the manager drops them; null reads back as absent).
+// "finite" is false for a step the guard found NaN or infinities in (its metrics or its
+// leaves; the counts are in "save_stats"); a step without the key (saved without the
+// guard, by Orbax, by an older ckpt) counts as finite.
 //
 // A step's metrics are read as Orbax's CheckpointManager reads them: the "metrics" of
 // this file where it is present and not empty, else the step's Orbax metrics item, the
@@ -68,6 +72,8 @@ struct StepMetadata {
   nlohmann::json custom_metadata{};  // null when none was given
   std::map<std::string, std::string> items{};
   nlohmann::json save_stats{};  // SaveStats::to_json(); null when absent
+  bool finite = true;            // "finite"; true when absent
+  bool finite_given = false;     // write "finite" (the guard was on)
 
   std::chrono::system_clock::time_point init_time() const {
     return std::chrono::system_clock::time_point(
@@ -90,6 +96,7 @@ inline nlohmann::json to_json(const StepMetadata& m) {
                       {"items", m.items}};
   for (const auto& [k, v] : m.metrics) j["metrics"][k] = v;  // NaN and infinities become null
   if (!m.save_stats.is_null()) j["save_stats"] = m.save_stats;
+  if (m.finite_given) j["finite"] = m.finite;
   return j;
 }
 
@@ -216,6 +223,10 @@ inline StepMetadata parse_step_metadata(const std::vector<std::byte>& bytes, con
     if (const auto it = j.find("items"); it != j.end() && !it->is_null())
       m.items = it->get<std::map<std::string, std::string>>();
     if (const auto it = j.find("save_stats"); it != j.end() && it->is_object()) m.save_stats = *it;
+    if (const auto it = j.find("finite"); it != j.end() && it->is_boolean()) {
+      m.finite = it->get<bool>();
+      m.finite_given = true;
+    }
   } catch (const std::exception& e) {
     throw CorruptCheckpointError(where, "", std::string(step_metadata_file) + " is not valid step metadata: " +
                                                 detail::safe_text(e.what(), 200));

@@ -97,7 +97,8 @@ class ranks {
                      {"time", std::chrono::duration_cast<std::chrono::nanoseconds>(i.time.time_since_epoch()).count()},
                      {"metrics", m},
                      {"custom", i.custom_metadata},
-                     {"items", i.items}});
+                     {"items", i.items},
+                     {"finite", i.finite}});
       }
       text = j.dump();
     }
@@ -112,6 +113,7 @@ class ranks {
       for (auto it = m.begin(); it != m.end(); ++it) i.metrics[it.key()] = it.value().template get<double>();
       i.custom_metadata = s["custom"];
       i.items = s["items"].get<std::map<std::string, std::string>>();
+      i.finite = s["finite"].get<bool>();
       out.emplace(s["step"].get<std::int64_t>(), std::move(i));
     }
     return out;

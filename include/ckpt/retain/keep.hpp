@@ -10,7 +10,11 @@
 //   - every step with step % keep_period == 0;
 //   - with keep_time_interval, the first step and each step saved at least that long
 //     after the previous step kept this way;
-//   - the latest step.
+//   - the latest step;
+//   - the newest finite step (StepRecord::finite: ManagerOptions::guard_non_finite), so
+//     that steps holding NaN saved after it never push it out. A step that is not finite
+//     ranks below every finite one by best_metric, whatever its metrics, and is never
+//     best(); without the guard every step is finite and these rules change nothing.
 #pragma once
 
 #include <algorithm>
@@ -69,23 +73,35 @@ inline std::set<std::int64_t> most_recent(const std::vector<StepRecord>& records
   return detail::retain::last_n(steps, n);
 }
 
+// The newest step that is finite (all of them, unless ManagerOptions::guard_non_finite
+// marked some).
+inline std::set<std::int64_t> newest_finite(const std::vector<StepRecord>& records) {
+  std::optional<std::int64_t> newest;
+  for (const auto& r : records)
+    if (r.finite && (!newest || r.step > *newest)) newest = r.step;
+  if (!newest) return {};
+  return {*newest};
+}
+
 // Steps ordered from worst to best by `metric` (ties: the later step is better).
-// Steps without the metric come first, or are returned apart in `without`.
+// Steps that are not finite come first, by step; then steps without the metric, or
+// these are returned apart in `without`.
 inline std::vector<std::int64_t> rank_by_metric(const std::vector<StepRecord>& records, const std::string& metric,
                                                 BestMode mode, std::vector<std::int64_t>* without = nullptr) {
   std::vector<StepRecord> with;
-  std::vector<std::int64_t> none;
+  std::vector<std::int64_t> none, non_finite;
   for (const auto& r : detail::retain::by_step(records)) {
-    if (metric_of(r, metric)) with.push_back(r);
+    if (!r.finite) non_finite.push_back(r.step);
+    else if (metric_of(r, metric)) with.push_back(r);
     else none.push_back(r.step);
   }
   std::stable_sort(with.begin(), with.end(), [&](const auto& a, const auto& b) {
     const double x = *metric_of(a, metric), y = *metric_of(b, metric);
     return mode == BestMode::max ? x < y : x > y;
   });
-  std::vector<std::int64_t> ranked;
+  std::vector<std::int64_t> ranked = non_finite;
   if (without) *without = none;
-  else ranked = none;
+  else ranked.insert(ranked.end(), none.begin(), none.end());
   for (const auto& r : with) ranked.push_back(r.step);
   return ranked;
 }
@@ -101,11 +117,14 @@ inline std::set<std::int64_t> best_n(const std::vector<StepRecord>& records, con
   return out;
 }
 
-// The best step by metric, if any step has it.
+// The best step by metric, if any finite step has it.
 inline std::optional<std::int64_t> best(const std::vector<StepRecord>& records, const std::string& metric,
                                         BestMode mode) {
+  std::vector<StepRecord> finite;
+  for (const auto& r : records)
+    if (r.finite) finite.push_back(r);
   std::vector<std::int64_t> without;
-  const auto ranked = rank_by_metric(records, metric, mode, &without);
+  const auto ranked = rank_by_metric(finite, metric, mode, &without);
   if (ranked.empty()) return std::nullopt;
   return ranked.back();
 }
@@ -150,6 +169,7 @@ std::set<std::int64_t> steps_to_keep(const std::vector<StepRecord>& records, con
   if (o.keep_period) keep.merge(every_period(records, *o.keep_period));
   if (o.keep_time_interval) keep.merge(time_interval(records, *o.keep_time_interval));
   keep.merge(latest(records));
+  keep.merge(newest_finite(records));
   return keep;
 }
 

@@ -26,6 +26,9 @@ struct StepRecord {
   std::int64_t step = 0;
   std::chrono::system_clock::time_point time{};  // when its save started
   Metrics metrics{};
+  // False for a step holding NaN or infinities (ManagerOptions::guard_non_finite): it
+  // is never the best, and the newest finite step is kept beside it (retain/keep.hpp).
+  bool finite = true;
 };
 
 // The step's value of `metric`, when it has a finite one (NaN counts as none).
