@@ -876,3 +876,215 @@ TEST_CASE("async saves copy states holding empty arrays") {
   CHECK(r.also_empty.size() == 0);
   CHECK(r.some == std::vector<float>{1, 2, 3, 4});
 }
+
+// ---------------------------------------------------------------- guard_non_finite
+
+namespace manager_guard_test {
+namespace fs = std::filesystem;
+using Steps = std::vector<std::int64_t>;
+
+struct GuardState {
+  std::int64_t step = 0;
+  std::vector<float> w;                // 1.2 MB: a data file (a file of its own when incremental)
+  std::vector<double> bias;            // small: inline in the manifest
+  std::vector<ckpt::bfloat16> h;       // 16 KiB: a data file
+  std::vector<std::complex<float>> z;  // small: inline
+  std::vector<std::int32_t> counts;    // integers hold no NaN
+};
+
+// A state whose leaves hold NaN and infinities when `bad`: w a NaN every 1000th value
+// and one -Inf, h one Inf, z a NaN real part, bias one NaN.
+GuardState guard_state(std::int64_t step, bool bad) {
+  GuardState s;
+  s.step = step;
+  s.w.resize(300'000);
+  for (std::size_t i = 0; i < s.w.size(); ++i) s.w[i] = static_cast<float>(step) + static_cast<float>(i % 97) * 0.25f;
+  s.bias = {0.5, -1.5, 2.0};
+  s.h.assign(8192, ckpt::bfloat16(1.0f));
+  s.z = {{1.f, 2.f}, {3.f, -4.f}};
+  s.counts = {1, 2, 3};
+  if (bad) {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (std::size_t i = 0; i < s.w.size(); i += 1000) s.w[i] = nan;
+    s.w[12345] = -inf;
+    s.h[100] = ckpt::bfloat16(inf);
+    s.z[1] = {nan, 1.f};
+    s.bias[2] = std::numeric_limits<double>::quiet_NaN();
+  }
+  return s;
+}
+
+// The NaN and infinite elements of s, counted here value by value.
+std::uint64_t expected_non_finite(const GuardState& s) {
+  std::uint64_t n = 0;
+  for (float v : s.w) n += std::isfinite(v) ? 0 : 1;
+  for (double v : s.bias) n += std::isfinite(v) ? 0 : 1;
+  for (auto v : s.h) n += std::isfinite(static_cast<float>(v)) ? 0 : 1;
+  for (auto v : s.z) n += std::isfinite(v.real()) && std::isfinite(v.imag()) ? 0 : 1;
+  return n;
+}
+
+nlohmann::json step_metadata(const fs::path& step_dir) {
+  return nlohmann::json::parse(std::ifstream(step_dir / "_CHECKPOINT_METADATA"));
+}
+
+ckpt::retain::StepRecord rec(std::int64_t step, ckpt::Metrics m, bool finite = true) {
+  return {step, {}, std::move(m), finite};
+}
+
+TEST_CASE("guard: count_non_finite counts what ValueStats counts apart, for every dtype") {
+  std::mt19937_64 rng(7);
+  std::vector<std::byte> bytes(1 << 16);
+  for (auto& b : bytes) b = static_cast<std::byte>(rng() >> 56);  // random bits: many NaN and Inf patterns
+  // and the exact specials of float32 at the front
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max()};
+  std::memcpy(bytes.data(), specials, sizeof specials);
+  using ckpt::dtype;
+  for (dtype d : {dtype::float16, dtype::bfloat16, dtype::float32, dtype::float64, dtype::complex64, dtype::complex128,
+                  dtype::int32, dtype::uint8, dtype::bool_}) {
+    CAPTURE(ckpt::dtype_name(d));
+    ckpt::ValueStats v;
+    v.add(d, bytes);
+    CHECK(ckpt::count_non_finite(d, bytes) == v.nan() + v.inf());
+  }
+  CHECK(ckpt::count_non_finite(dtype::float32, std::span(bytes).first(sizeof specials)) == 3);
+  CHECK(ckpt::count_non_finite(dtype::float16, bytes) > 0);  // the random bits do hold some
+}
+
+TEST_CASE("retain: a step that is not finite is never best, ranks worst, and never pushes out the newest finite step") {
+  using ckpt::BestMode;
+  // step 1 finite; 2 and 3 hold NaN weights (with a better loss); 4 a NaN loss (dropped: no metric)
+  const std::vector r = {rec(1, {{"loss", 0.5}}), rec(2, {{"loss", 0.1}}, false), rec(3, {{"loss", 0.05}}, false),
+                         rec(4, {}, false)};
+  CHECK(ckpt::retain::best(r, "loss", BestMode::min) == 1);
+  CHECK(ckpt::retain::newest_finite(r) == std::set<std::int64_t>{1});
+  // by step: the three newest, plus the newest finite one
+  CHECK(ckpt::retain::steps_to_keep(r, ckpt::ManagerOptions{.max_to_keep = 3}) == std::set<std::int64_t>{1, 2, 3, 4});
+  CHECK(ckpt::retain::steps_to_keep(r, ckpt::ManagerOptions{.max_to_keep = 1}) == std::set<std::int64_t>{1, 4});
+  // by metric: non-finite steps rank below every finite one and are not "without the metric"
+  CHECK(ckpt::retain::steps_to_keep(r, ckpt::ManagerOptions{.max_to_keep = 2, .best_metric = "loss",
+                                                            .best_mode = BestMode::min}) ==
+        std::set<std::int64_t>{1, 4});
+  CHECK(ckpt::retain::rank_by_metric(r, "loss", BestMode::min) == Steps{2, 3, 4, 1});
+  // no finite step: no best; every step finite: the rules are the old ones
+  CHECK(ckpt::retain::best({rec(2, {{"loss", 0.1}}, false)}, "loss", BestMode::min) == std::nullopt);
+  const std::vector fine = {rec(1, {{"loss", 0.5}}), rec(2, {{"loss", 0.1}}), rec(3, {{"loss", 0.05}})};
+  CHECK(ckpt::retain::steps_to_keep(fine, ckpt::ManagerOptions{.max_to_keep = 1}) == std::set<std::int64_t>{3});
+}
+
+TEST_CASE("manager: guard_non_finite saves NaN steps marked, never best; the last finite step survives them") {
+  test::TempDir tmp;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const ckpt::ManagerOptions guarded{.max_to_keep = 3, .best_metric = "loss", .best_mode = ckpt::BestMode::min,
+                                     .guard_non_finite = true};
+  std::vector<ckpt::SaveStats> stats;
+  auto with_stats = guarded;
+  with_stats.on_save = [&](const ckpt::SaveStats& s) { stats.push_back(s); };
+  const std::uint64_t bad_count = expected_non_finite(guard_state(2, true));
+  REQUIRE(bad_count == 300 + 1 + 1 + 1 + 1);  // what guard_state puts in
+  {
+    ckpt::CheckpointManager<GuardState> mgr(tmp / "run", with_stats);
+    // an item beside the state is not judged: only the state's leaves and the metrics
+    mgr.save(1, guard_state(1, false), {{"loss", 0.5}}, {.items = {{"ema", ckpt::tree_item(guard_state(1, true))}}});
+    // NaN weights with a better loss, then NaN (and infinite) losses over finite weights
+    mgr.save(2, guard_state(2, true), {{"loss", 0.1}});
+    mgr.save(3, guard_state(3, true), {{"loss", 0.05}});
+    mgr.save(4, guard_state(4, false), {{"loss", nan}});
+    mgr.save(5, guard_state(5, false), {{"loss", std::numeric_limits<double>::infinity()}, {"acc", 0.3}});
+    // by loss, non-finite steps rank below step 1: the newest of them go first
+    CHECK(mgr.all_steps() == Steps{1, 4, 5});
+    CHECK(mgr.best_step() == 1);
+    CHECK(mgr.latest_finite_step() == 1);
+    CHECK(mgr.is_finite(1));
+    CHECK(!mgr.is_finite(4));
+    CHECK(!mgr.is_finite(5));
+    CHECK(mgr.restore(mgr.latest_finite_step()).w == guard_state(1, false).w);
+    REQUIRE(stats.size() == 5);
+    CHECK(stats[0].guarded);
+    CHECK(stats[0].finite());
+    CHECK(stats[0].non_finite_values == 0);
+    CHECK(stats[1].non_finite_values == bad_count);
+    CHECK(stats[1].non_finite_metrics == 0);
+    CHECK(!stats[1].finite());
+    CHECK(stats[3].non_finite_values == 0);
+    CHECK(stats[3].non_finite_metrics == 1);
+    CHECK(stats[4].non_finite_metrics == 1);
+    // more NaN steps never push step 1 out
+    mgr.save(6, guard_state(6, true), {{"loss", 0.01}});
+    CHECK(mgr.all_steps() == Steps{1, 5, 6});
+    CHECK(mgr.best_step() == 1);
+    // _CHECKPOINT_METADATA says it, with the counts
+    const auto ok = step_metadata(tmp / "run/1"), bad = step_metadata(tmp / "run/6"), metric = step_metadata(tmp / "run/5");
+    CHECK(ok.at("finite") == true);
+    CHECK(ok.at("save_stats").at("non_finite_values") == 0);
+    CHECK(bad.at("finite") == false);
+    CHECK(bad.at("save_stats").at("non_finite_values") == bad_count);
+    CHECK(bad.at("save_stats").at("non_finite_metrics") == 0);
+    CHECK(metric.at("finite") == false);
+    CHECK(metric.at("save_stats").at("non_finite_metrics") == 1);
+    CHECK(!metric.at("metrics").contains("loss"));
+    CHECK(metric.at("metrics").at("acc") == 0.3);
+  }
+  // a manager reopened on the root knows which steps are not finite
+  {
+    ckpt::CheckpointManager<GuardState> again(tmp / "run", guarded);
+    CHECK(again.best_step() == 1);
+    CHECK(again.latest_finite_step() == 1);
+    CHECK(!again.is_finite(6));
+    // a finite step with a better loss: the new best, the new step to restore
+    again.save(7, guard_state(7, false), {{"loss", 0.3}});
+    CHECK(again.best_step() == 7);
+    CHECK(again.latest_finite_step() == 7);
+    CHECK(again.all_steps() == Steps{1, 6, 7});  // by loss 7 and 1, then the newest non-finite step
+  }
+  // without the guard (the default): the old behaviour, NaN steps rank by their loss
+  ckpt::ManagerOptions off = guarded;
+  off.guard_non_finite = false;
+  ckpt::SaveStats last;
+  off.on_save = [&](const ckpt::SaveStats& s) { last = s; };
+  ckpt::CheckpointManager<GuardState> plain(tmp / "plain", off);
+  plain.save(1, guard_state(1, false), {{"loss", 0.5}});
+  for (std::int64_t s = 2; s <= 4; ++s) plain.save(s, guard_state(s, true), {{"loss", 0.1 / static_cast<double>(s)}});
+  CHECK(plain.all_steps() == Steps{2, 3, 4});  // the healthy step is gone
+  CHECK(plain.best_step() == 4);
+  CHECK(plain.latest_finite_step() == 4);  // nothing is marked
+  CHECK(!last.guarded);
+  CHECK(last.non_finite_values == 0);
+  const auto md = step_metadata(tmp / "plain/4");
+  CHECK(!md.contains("finite"));
+  CHECK(!md.at("save_stats").contains("non_finite_values"));
+}
+
+TEST_CASE("manager: guard_non_finite with async and incremental saves counts linked leaves as this step's") {
+  test::TempDir tmp;
+  std::vector<ckpt::SaveStats> stats;
+  std::mutex mu;
+  ckpt::CheckpointManager<GuardState, ckpt::async_save> mgr(
+      tmp / "run", {.max_to_keep = 2, .incremental = true, .guard_non_finite = true, .on_save = [&](const ckpt::SaveStats& s) {
+                      std::lock_guard lock(mu);
+                      stats.push_back(s);
+                    }});
+  GuardState s = guard_state(1, false);
+  mgr.save(1, s);
+  GuardState bad = guard_state(1, true);  // step 1's values with NaN in them
+  bad.step = 2;
+  mgr.save(2, bad);
+  bad.step = 3;  // w unchanged: its file is linked from step 2, and its NaN still count
+  mgr.save(3, bad);
+  bad.step = 4;
+  mgr.save(4, bad);
+  mgr.wait_until_finished();
+  CHECK(mgr.all_steps() == Steps{1, 3, 4});
+  CHECK(mgr.latest_finite_step() == 1);
+  std::lock_guard lock(mu);
+  REQUIRE(stats.size() == 4);
+  CHECK(stats[0].finite());
+  CHECK(stats[1].non_finite_values == expected_non_finite(bad));
+  CHECK(stats[2].leaves_linked >= 1);  // w
+  CHECK(stats[2].non_finite_values == expected_non_finite(bad));
+  CHECK(stats[3].non_finite_values == expected_non_finite(bad));
+  CHECK(step_metadata(tmp / "run/3").at("save_stats").at("non_finite_values") == expected_non_finite(bad));
+}
+
+}  // namespace manager_guard_test

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -214,8 +215,11 @@ class CheckpointManager {
     job->metadata.step = step;
     job->metadata.format = format_type::name;
     job->metadata.init_timestamp_nsecs = coord_.share(detail::manager::now_nsecs());  // rank 0's clock
-    for (auto& [name, value] : metrics)  // JSON has no NaN nor infinities: such a metric is "none"
+    std::int64_t non_finite_metrics = 0;
+    for (auto& [name, value] : metrics) {  // JSON has no NaN nor infinities: such a metric is "none"
       if (std::isfinite(value)) job->metadata.metrics.emplace(name, value);
+      else ++non_finite_metrics;
+    }
     job->metadata.custom_metadata = std::move(args.custom_metadata);
     assign_items(*job, std::move(args.items));
     {
@@ -225,6 +229,10 @@ class CheckpointManager {
     job->stats.step = step;
     job->stats.bytes = job->snapshot.total_bytes();
     job->stats.bytes_written = job->stats.bytes;  // an incremental save sets its own
+    if (options_.guard_non_finite) {  // rank 0's metrics decide, as they are the ones stored
+      job->stats.guarded = true;
+      job->stats.non_finite_metrics = static_cast<std::size_t>(coord_.share(non_finite_metrics));
+    }
     job->stats.blocking_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count();
     executor_.submit(step_directory(step).string(), [this, job] { run_save(*job); });
     return true;
@@ -263,6 +271,16 @@ class CheckpointManager {
     std::lock_guard lock(mu_);
     return detail::manager::newest_step(steps_);
   }
+  // The newest committed step not marked non-finite by guard_non_finite: the one to
+  // restore after a divergence (the latest step, when nothing is marked).
+  std::optional<std::int64_t> latest_finite_step() const {
+    const auto kept = retain::newest_finite(records());
+    if (kept.empty()) return std::nullopt;
+    return *kept.begin();
+  }
+  // Whether the step was saved finite: false when guard_non_finite found NaN or
+  // infinities in it (a step saved without the guard counts as finite).
+  bool is_finite(std::int64_t step) const { return info(step).finite; }
   // The best committed step by best_metric (ties: the later); none without
   // best_metric. Collective with MPI when best_metric_from_tensorboard is set.
   std::optional<std::int64_t> best_step() const {
@@ -480,6 +498,8 @@ class CheckpointManager {
     try {
       SaveOptions opts = options_.save_options;
       opts.force = job.force;
+      std::atomic<std::uint64_t> non_finite{0};  // the writers' count (with MPI: over every rank)
+      if (options_.guard_non_finite) opts.non_finite = &non_finite;
       detail::manager::StepWrite write;
       write.stats = &job.stats;
       if constexpr (std::is_same_v<format_type, native>) {
@@ -489,17 +509,23 @@ class CheckpointManager {
         }
       }
       write.in_staging = [&](const storage::Location& staging) {
-        detail::manager::write_items<format_type>(staging, job.items, opts);
+        SaveOptions item_opts = opts;
+        item_opts.non_finite = nullptr;  // the guard judges the state, not the items beside it
+        detail::manager::write_items<format_type>(staging, job.items, item_opts);
       };
       // The metadata goes in last, with the figures of the write so far.
       write.before_commit = [&](const storage::Location& staging) {
         job.stats.write_seconds = seconds();
+        count_non_finite(job, non_finite);
         job.metadata.save_stats = job.stats.to_json();
         job.metadata.commit_timestamp_nsecs = detail::manager::now_nsecs();
         detail::manager::write_step_metadata(staging, job.metadata);
       };
       c.template save_step<format_type>(root_ / name, job.snapshot, opts, write);
-      if (c.rank() != 0) job.stats.write_seconds = seconds();  // the collective write, up to the commit
+      if (c.rank() != 0) {
+        job.stats.write_seconds = seconds();  // the collective write, up to the commit
+        count_non_finite(job, non_finite);
+      }
     } catch (...) {
       std::lock_guard lock(mu_);
       pending_.reset();
@@ -513,11 +539,21 @@ class CheckpointManager {
       info.metrics = job.metadata.metrics;
       info.custom_metadata = job.metadata.custom_metadata;
       info.items = job.metadata.items;
+      info.finite = job.stats.finite();
       steps_[job.step] = std::move(info);
       pending_.reset();
     }
     prune(c);
     if (options_.on_save) options_.on_save(job.stats);  // on every rank, its own figures
+  }
+
+  // guard_non_finite: the writers' count into the figures and the step metadata, before
+  // the commit (rank 0) or once the collective write is done (the other ranks).
+  static void count_non_finite(PendingSave& job, const std::atomic<std::uint64_t>& counted) {
+    if (!job.stats.guarded) return;
+    job.stats.non_finite_values = counted.load();
+    job.metadata.finite = job.stats.finite();
+    job.metadata.finite_given = true;
   }
 
   // Retention: the same decision on every rank (same records); rank 0 deletes.

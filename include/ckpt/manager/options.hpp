@@ -76,6 +76,14 @@ struct ManagerOptions {
   // is hard-linked from it instead of written again (manager/incremental.hpp). Every
   // step stays a whole checkpoint. Off by default: it hashes every large leaf first.
   bool incremental = false;
+  // Guard against non-finite checkpoints: a step whose metrics given to save() are NaN
+  // or infinite, or whose floating or complex leaves hold NaN or infinities (counted by
+  // the native writer as it writes the bytes: no second pass), is saved but marked
+  // ("finite": false in _CHECKPOINT_METADATA, SaveStats::finite()): it is never
+  // best_step(), ranks below every finite step for max_to_keep, and never makes
+  // retention delete the newest finite step (latest_finite_step()). Leaves are counted
+  // with the native format only; other formats' steps are judged by their metrics.
+  bool guard_non_finite = false;
   // Called after each step commits, with its figures (also stored in the step's
   // _CHECKPOINT_METADATA as "save_stats"); on the background thread with async_save.
   std::function<void(const SaveStats&)> on_save{};
