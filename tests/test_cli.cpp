@@ -603,4 +603,50 @@ TEST_CASE("ckpt diff --rel: each leaf's relative L2 change and largest differenc
   CHECK(!r.err.empty());
 }
 
+struct Diverging {
+  std::vector<float> w;
+  double lr = 0.1;
+};
+
+TEST_CASE("ckpt ls: marks the steps the manager's guard_non_finite found NaN or infinities in") {
+  REQUIRE(fs::exists(CKPT_CLI));
+  test::TempDir tmp;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Diverging s{std::vector<float>(5000, 1.f)};
+  {
+    ckpt::CheckpointManager<Diverging> mgr(tmp / "run", {.guard_non_finite = true});
+    mgr.save(1, s, {{"loss", 0.5}});
+    s.w[7] = nan;
+    s.w[4000] = -std::numeric_limits<float>::infinity();
+    mgr.save(2, s, {{"loss", 0.4}});
+    s.w = std::vector<float>(5000, 2.f);
+    mgr.save(3, s, {{"loss", std::numeric_limits<double>::quiet_NaN()}});
+  }
+  auto r = cli("ls " + (tmp / "run").string());
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  std::vector<std::string> lines;
+  for (std::size_t at = 0, nl; (nl = r.out.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(r.out.substr(at, nl - at));
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].find("NON-FINITE") == std::string::npos);
+  CHECK(lines[1].find("NON-FINITE(2 values, 0 metrics)") != std::string::npos);
+  CHECK(lines[1].find("loss=0.4") != std::string::npos);
+  CHECK(lines[2].find("NON-FINITE(0 values, 1 metrics)") != std::string::npos);
+  r = cli("ls --json " + (tmp / "run").string());
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["steps"].size() == 3);
+  CHECK(j["steps"][0]["finite"] == true);
+  CHECK(j["steps"][1]["finite"] == false);
+  CHECK(j["steps"][1]["save_stats"]["non_finite_values"] == 2);
+  CHECK(j["steps"][2]["finite"] == false);
+  CHECK(j["steps"][2]["save_stats"]["non_finite_metrics"] == 1);
+  // a step saved without the guard counts as finite
+  ckpt::CheckpointManager<Diverging>(tmp / "run").save(4, s);
+  r = cli("ls --json " + (tmp / "run").string());
+  REQUIRE(r.rc == 0);
+  CHECK(nlohmann::json::parse(r.out)["steps"][3]["finite"] == true);
+}
+
 }  // namespace cli_test

@@ -507,7 +507,7 @@ int cmd_stats(const fs::path& p, bool as_json, std::uint64_t max_memory) {
 
 // ---------------------------------------------------------------------------------
 
-struct Row { std::string name; std::int64_t step; std::string format, time; std::uint64_t size; json metrics, save_stats; };
+struct Row { std::string name; std::int64_t step; std::string format, time; std::uint64_t size; json metrics, save_stats; bool finite; };
 
 std::string format_time(std::time_t t) {
   char buf[32];
@@ -522,6 +522,7 @@ ckpt::detail::manager::StepInfo add_step_info(Row& r, const ckpt::storage::Locat
   auto info = ckpt::detail::manager::load_step_info(step, r.name);
   for (const auto& [k, v] : info.metrics) r.metrics[k] = v;
   r.save_stats = info.save_stats;
+  r.finite = info.finite;  // false: the manager's guard_non_finite found NaN or infinities
   return info;
 }
 
@@ -532,7 +533,7 @@ std::vector<Row> object_rows(const fs::path& root) {
   for (const auto& name : loc.storage->children(loc.prefix)) {
     const auto step = loc.child(name);
     if (name.empty() || name[0] == '.' || !loc.storage->size(step.key(ckpt::storage::commit_marker))) continue;
-    Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), "native", "", 0, json::object(), nullptr};
+    Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), "native", "", 0, json::object(), nullptr, true};
     if (!loc.storage->size(step.key(ckpt::detail::native::commit_file))) r.format = "other";  // telling which would download it
     for (const auto& k : loc.storage->list(step.prefix + "/")) r.size += loc.storage->size(k).value_or(0);
     const auto info = add_step_info(r, step);
@@ -552,7 +553,7 @@ int cmd_ls(const fs::path& root, bool as_json) {
   if (url) rows = object_rows(root);
   else for (const auto& [name, path] : steps_of(root)) {
     Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), ckpt::detect_format(path), "", disk_size(path),
-          json::object(), nullptr};
+          json::object(), nullptr, true};
     const auto mtime = fs::last_write_time(path, ec);
     const auto sys = std::chrono::time_point_cast<std::chrono::seconds>(
         mtime - fs::file_time_type::clock::now() + std::chrono::system_clock::now());
@@ -570,7 +571,7 @@ int cmd_ls(const fs::path& root, bool as_json) {
     json out = json::array();
     for (const auto& r : rows)
       out.push_back({{"name", r.name}, {"step", r.step >= 0 ? json(r.step) : json(nullptr)}, {"format", r.format},
-                     {"time", r.time}, {"bytes", r.size}, {"metrics", r.metrics}});
+                     {"time", r.time}, {"bytes", r.size}, {"metrics", r.metrics}, {"finite", r.finite}});
     for (std::size_t i = 0; i < rows.size(); ++i)  // the manager's save figures (issue 11), when stored
       if (!rows[i].save_stats.is_null()) {
         out[i]["save_seconds"] = rows[i].save_stats.value("write_seconds", 0.0);
@@ -582,6 +583,11 @@ int cmd_ls(const fs::path& root, bool as_json) {
   for (const auto& r : rows) {
     std::string m;
     for (const auto& [k, v] : r.metrics.items()) m += (m.empty() ? "" : "  ") + printable(k) + "=" + dump(v);
+    if (!r.finite) {  // first: what a person looking for the step to restore after a divergence must see
+      const auto count = [&](const char* key) { return r.save_stats.is_object() ? r.save_stats.value(key, json(0)) : json(0); };
+      m = "NON-FINITE(" + dump(count("non_finite_values")) + " values, " + dump(count("non_finite_metrics")) +
+          " metrics)" + (m.empty() ? "" : "  ") + m;
+    }
     std::printf("%-20s %-7s %s %10s  %s\n", printable(r.name).c_str(), r.format.c_str(), r.time.c_str(),
                 human_bytes(r.size).c_str(), m.c_str());
   }
