@@ -18,7 +18,9 @@ MAX_STEP_METADATA_BYTES = 64 << 20
 class Step:
     """One committed step. `metrics` maps names to floats (the manager stores no NaN or
     infinity); times are seconds since the Unix epoch (`time` is when save() was called,
-    or the directory's modification time for a step saved without metadata)."""
+    or the directory's modification time for a step saved without metadata). `finite` is
+    False for a step the manager's guard_non_finite found NaN or infinities in (its
+    counts are in `save_stats`); a step saved without the guard counts as finite."""
 
     step: int
     path: str
@@ -29,6 +31,7 @@ class Step:
     custom_metadata: Any = None
     items: Dict[str, str] = field(default_factory=dict)
     save_stats: Optional[Dict[str, Any]] = None
+    finite: bool = True
 
     def open(self):
         """The step's state checkpoint."""
@@ -95,6 +98,7 @@ def _load(step, path):
                                      % STEP_METADATA)
     s.items = dict(items)
     s.save_stats = j.get("save_stats") if isinstance(j.get("save_stats"), dict) else None
+    s.finite = j.get("finite") is not False
     return s
 
 

@@ -153,6 +153,7 @@ def test_manager_steps_metrics_items_and_incremental_links(fixtures):
         assert s.custom_metadata == {"host": "test", "step_again": s.step}
         assert s.items == {"dataset": "tree", "config": "json"}
         assert s.save_stats["incremental"] is True
+        assert s.finite is True  # saved without guard_non_finite
         assert s.item("config") == {"lr": 0.001, "name": "run"}
         pos = s.item("dataset")
         assert pos.read("epoch").item() == k and pos.read("offset").item() == k * 100
