@@ -947,6 +947,51 @@ TEST_CASE("mpi np2: the manager across ranks ranks steps by a TensorBoard metric
   });
 }
 
+TEST_CASE("mpi np2: guard_non_finite across ranks: a NaN in one rank's shard marks the step on every rank") {
+  const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+  SharedDir dir(world);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<ckpt::SaveStats> seen;
+  {
+    ckpt::mpi::CheckpointManager<ShardedState, ckpt::async_save> mgr(
+        world, dir / "run",
+        {.max_to_keep = 2, .guard_non_finite = true, .on_save = [&](const ckpt::SaveStats& st) { seen.push_back(st); }});
+    for (std::int64_t step = 1; step <= 4; ++step) {
+      ShardedState s = rows_of(64, 16, world.rank(), 2);
+      s.step = step;
+      if (step > 1 && world.rank() == 1) {  // rank 1's rows only: two NaN and an infinity
+        s.w.local(0, 0) = nan;
+        s.w.local(5, 3) = nan;
+        s.w.local(31, 15) = std::numeric_limits<float>::infinity();
+      }
+      if (step == 4) s.bias[1] = nan;  // replicated, inline: counted once (rank 0 writes it), not per rank
+      mgr.save(step, s);
+    }
+    mgr.wait_until_finished();
+    // the two newest, and the newest finite step, on every rank
+    CHECK(mgr.all_steps() == std::vector<std::int64_t>{1, 3, 4});
+    CHECK(mgr.latest_finite_step() == 1);
+    CHECK(mgr.is_finite(1));
+    CHECK(!mgr.is_finite(4));
+  }
+  REQUIRE(seen.size() == 4);
+  CHECK(seen[0].non_finite_values == 0);
+  CHECK(seen[1].non_finite_values == 3);  // summed over the ranks, on each
+  CHECK(seen[2].non_finite_values == 3);
+  CHECK(seen[3].non_finite_values == 4);
+  on_rank0(world, [&] {
+    const auto bytes = test::read_bytes(dir / "run/4/_CHECKPOINT_METADATA");
+    const auto j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    CHECK(j.at("finite") == false);
+    CHECK(j.at("save_stats").at("non_finite_values") == 4);
+  });
+  // a restarted job agrees
+  ckpt::mpi::CheckpointManager<ShardedState> again(world, dir / "run", {.max_to_keep = 2, .guard_non_finite = true});
+  CHECK(again.latest_finite_step() == 1);
+  CHECK(!again.is_finite(3));
+  CHECK(again.restore(again.latest_finite_step()).step == 1);
+}
+
 TEST_CASE("mpi np2: incremental saves across ranks: each rank links the pieces that did not change") {
   const ckpt::mpi::Comm world(MPI_COMM_WORLD);
   SharedDir dir(world);
