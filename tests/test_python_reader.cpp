@@ -167,6 +167,13 @@ TEST_CASE("the Python reader reads what the C++ side writes: every leaf kind, fo
     }
     REQUIRE(mgr.all_steps() == std::vector<std::int64_t>{10, 20, 30});
   }
+  {  // guard_non_finite: the second step's head holds a NaN
+    ckpt::CheckpointManager<Model> mgr(dir / "guarded", {.guard_non_finite = true});
+    Model m = make_model(1);
+    REQUIRE(mgr.save(1, m, {{"loss", 0.5}}));
+    m.head[3] = std::nanf("");
+    REQUIRE(mgr.save(2, m, {{"loss", 0.4}}));
+  }
   test::python_reader_tests(dir.path(), "not mpi");
 }
 

@@ -140,6 +140,14 @@ def test_a_sharded_leaf_of_one_box(fixtures):
     assert ck.read("step").item() == 7
 
 
+def test_manager_steps_marked_by_the_non_finite_guard(fixtures):
+    steps = ckpt.steps(fixtures / "guarded")
+    assert [(s.step, s.finite) for s in steps] == [(1, True), (2, False)]
+    assert steps[0].save_stats["non_finite_values"] == 0
+    assert steps[1].save_stats["non_finite_values"] == 1
+    assert np.isnan(steps[1].open().read("head")[3])
+
+
 def test_manager_steps_metrics_items_and_incremental_links(fixtures):
     root = fixtures / "run"
     steps = ckpt.steps(root)
