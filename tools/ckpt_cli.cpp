@@ -346,11 +346,15 @@ json du_checkpoint(const fs::path& p, int depth) {
   return n;
 }
 
+// A manager's root: a directory (or URL prefix) that is no checkpoint itself but holds steps.
+bool is_root(const fs::path& p) {
+  std::error_code ec;
+  return !is_checkpoint(p) && (ckpt::storage::is_url(p) || fs::is_directory(p, ec)) && !steps_of(p).empty();
+}
+
 int cmd_du(const fs::path& p, int depth, bool as_json) {
   if (depth < 0) depth = std::numeric_limits<int>::max();
-  std::error_code ec;
-  const bool root = !is_checkpoint(p) && (ckpt::storage::is_url(p) || fs::is_directory(p, ec)) && !steps_of(p).empty();
-  if (!root) {
+  if (!is_root(p)) {
     const json n = du_checkpoint(p, depth);
     if (as_json) {
       std::cout << dump(n) << "\n";
@@ -430,32 +434,45 @@ struct StatsWalk {
 
 std::string cell(const json& x) { return x.is_null() ? "-" : fmt(x.get<double>()); }
 
-int cmd_stats(const fs::path& p, bool as_json, std::uint64_t max_memory) {
-  std::error_code ec;
-  if (!is_checkpoint(p) && (ckpt::storage::is_url(p) || fs::is_directory(p, ec)))
-    if (const auto steps = steps_of(p); !steps.empty())
-      throw BadInput(p.string() + ": a directory of " + std::to_string(steps.size()) +
-                     " step checkpoints, not one; give one of them (" + printable(steps.back().second.string()) + ")");
-  const auto index = open(p);
+// The statistics of every leaf and subtree of a checkpoint, in one pass over its values
+// (half of max_memory for the buffer, half for a leaf its format reads whole).
+struct StatsTable {
+  json leaves, subtrees;  // rows in path order, as StatsWalk makes them
+  ckpt::ValueStats total;
+};
+StatsTable stats_table(const std::shared_ptr<const ckpt::Index>& index, std::uint64_t max_memory, Bar& bar) {
   const std::size_t piece = piece_bytes(max_memory, 2);
   std::vector<ckpt::ValueStats> leaf(index->entries().size());
-  {
-    Bar bar("stats", total_bytes(*index));
-    for (std::size_t i = 0; i < leaf.size(); ++i) {
-      const ckpt::IndexEntry& e = index->entries()[i];
-      if (!ckpt::stats_supported(e.type)) {
-        bar.add(e.length);
-        continue;
-      }
-      LeafPieces pieces(index, e, piece, max_memory ? std::max<std::uint64_t>(max_memory / 2, 1) : 0);
-      for (auto b = pieces.next(); !b.empty(); b = pieces.next()) {
-        leaf[i].add(e.type, b);
-        bar.add(b.size());
-      }
+  for (std::size_t i = 0; i < leaf.size(); ++i) {
+    const ckpt::IndexEntry& e = index->entries()[i];
+    if (!ckpt::stats_supported(e.type)) {
+      bar.add(e.length);
+      continue;
+    }
+    LeafPieces pieces(index, e, piece, max_memory ? std::max<std::uint64_t>(max_memory / 2, 1) : 0);
+    for (auto b = pieces.next(); !b.empty(); b = pieces.next()) {
+      leaf[i].add(e.type, b);
+      bar.add(b.size());
     }
   }
   StatsWalk w{*index, leaf};
   const ckpt::ValueStats total = w.walk(ckpt::Path());
+  return {std::move(w.leaves), std::move(w.subtrees), total};
+}
+
+int cmd_stats(const fs::path& p, bool as_json, std::uint64_t max_memory) {
+  if (is_root(p)) {
+    const auto steps = steps_of(p);
+    throw BadInput(p.string() + ": a directory of " + std::to_string(steps.size()) +
+                   " step checkpoints, not one; give one of them (" + printable(steps.back().second.string()) + ")");
+  }
+  const auto index = open(p);
+  StatsTable w;
+  {
+    Bar bar("stats", total_bytes(*index));
+    w = stats_table(index, max_memory, bar);
+  }
+  const ckpt::ValueStats& total = w.total;
   std::vector<std::string> bad;
   for (const auto& l : w.leaves)
     if (l.value("nan", 0) + l.value("inf", 0) > 0) bad.push_back(l["path"].get<std::string>());
@@ -737,11 +754,12 @@ json moved_json(const std::string& path, const Moved& m) {
           {"nonfinite_diff", m.d.nan() + m.d.inf()}};
 }
 
-int cmd_diff(const fs::path& a, const fs::path& b, bool as_json, bool rel, std::uint64_t max_memory) {
-  const auto ia = open(a), ib = open(b);
+// What differs from checkpoint a to b: {added, removed, changed, unchanged (a count),
+// moved (how far each numeric leaf both hold moved, most moved first)}.
+json diff_json(const std::shared_ptr<const ckpt::Index>& ia, const std::shared_ptr<const ckpt::Index>& ib,
+               std::uint64_t max_memory, Bar& bar) {
   json added = json::array(), removed = json::array(), changed = json::array(), moved = json::array();
   std::size_t same = 0;
-  Bar bar("diff", total_bytes(*ia));
   for (const auto& e : ia->entries())
     if (!ib->find(e.path)) removed.push_back(e.path.str());
   for (const auto& e : ib->entries())
@@ -785,9 +803,20 @@ int cmd_diff(const fs::path& a, const fs::path& b, bool as_json, bool rel, std::
                                                         : x["rel_l2"].get<double>();
   };
   std::stable_sort(moved.begin(), moved.end(), [&](const json& x, const json& y) { return key(x) > key(y); });
+  return {{"added", added}, {"removed", removed}, {"changed", changed}, {"unchanged", same}, {"moved", moved}};
+}
+
+int cmd_diff(const fs::path& a, const fs::path& b, bool as_json, bool rel, std::uint64_t max_memory) {
+  const auto ia = open(a), ib = open(b);
+  json out;
+  {
+    Bar bar("diff", total_bytes(*ia));
+    out = diff_json(ia, ib, max_memory, bar);
+  }
+  const json &added = out["added"], &removed = out["removed"], &changed = out["changed"], &moved = out["moved"];
+  const std::size_t same = out["unchanged"].get<std::size_t>();
   if (as_json) {
-    json out = {{"added", added}, {"removed", removed}, {"changed", changed}, {"unchanged", same}};
-    if (rel) out["moved"] = moved;
+    if (!rel) out.erase("moved");
     std::cout << dump(out) << "\n";
   } else if (rel) {
     std::printf("%-50s %12s %12s %12s %12s\n", "PATH", "REL_L2", "MAX|A-B|", "|A-B|", "|A|");
