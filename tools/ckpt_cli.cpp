@@ -8,6 +8,7 @@
 //   ckpt du PATH [--depth N] [--json]   bytes and elements per subtree, largest first (a root: per step)
 //   ckpt stats PATH [--json] [--max-memory B]   NaN/Inf counts, min, max, mean, std, L2 per leaf and subtree
 //   ckpt diff A B [--rel] [--json]   added, removed and changed leaves; --rel: how far each leaf moved
+//   ckpt report PATH -o FILE [--tensorboard DIR]   one HTML page: bytes, statistics, metrics, norms, changes (report.hpp)
 //   ckpt convert SRC DST --to native|flax|t5x|orbax|zarr
 //   ckpt gc DIR [--dry-run]      deletes what killed saves left in DIR (stale .tmp-* directories)
 // Every PATH, ROOT, SRC and DST may be an s3://bucket/prefix URL (native checkpoints;
@@ -880,6 +881,8 @@ int cmd_gc(const fs::path& dir, bool dry_run) {
 
 }  // namespace
 
+#include "report.hpp"  // ckpt report: gathers the figures of the commands above into one page
+
 int main(int argc, char** argv) {
   // The formats are the library's registered ones: what it reads, the tool reads.
   std::vector<std::string> readable, writable;
@@ -927,7 +930,12 @@ int main(int argc, char** argv) {
   auto* stats = app.add_subcommand("stats", "per leaf and subtree: elements, NaN, Inf, min, max, mean, std, L2 (exit 1: NaN or Inf)");
   stats->add_option("PATH", a, "a checkpoint")->required();
   stats->add_flag("--json", as_json, "machine-readable output");
-  for (auto* sub : {stats, diff})
+  std::string output, tensorboard;
+  auto* report = app.add_subcommand("report", "one self-contained HTML page: bytes per subtree, leaf statistics; a root: metrics, norms and changes per step");
+  report->add_option("PATH", a, "a checkpoint, or a directory of step checkpoints")->required();
+  report->add_option("-o,--output", output, "the HTML file to write")->required();
+  report->add_option("--tensorboard", tensorboard, "a directory of TensorBoard event files, or of runs holding them: their scalars too");
+  for (auto* sub : {stats, diff, report})
     sub->add_option("--max-memory", max_memory, "memory the leaves may be read through, e.g. 64M (default: 16 MiB pieces)")
         ->transform(CLI::AsSizeValue(false));
   auto* convert = app.add_subcommand("convert", "any readable format into any writable one");
@@ -943,7 +951,7 @@ int main(int argc, char** argv) {
   gc->add_option("DIR", a, "a directory checkpoints are saved in")->required();
   gc->add_flag("--dry-run", dry_run, "only list them");
   app.add_flag("-q,--quiet", quiet, "no progress bar (there is none either when stderr is not a terminal)");
-  for (auto* sub : {ls, tree, show, verify, diff, du, stats, convert, gc}) sub->fallthrough();  // --quiet after the subcommand too
+  for (auto* sub : {ls, tree, show, verify, diff, du, stats, report, convert, gc}) sub->fallthrough();  // --quiet after the subcommand too
 
   try {
     app.parse(argc, argv);
@@ -961,6 +969,7 @@ int main(int argc, char** argv) {
     if (*diff) return cmd_diff(a, b, as_json, rel, max_memory);
     if (*du) return cmd_du(a, depth, as_json);
     if (*stats) return cmd_stats(a, as_json, max_memory);
+    if (*report) return cmd_report(a, output, tensorboard, max_memory);
     if (*convert) return cmd_convert(a, b, to, force, max_memory);
     if (*gc) return cmd_gc(a, dry_run);
   } catch (const std::exception& e) {
