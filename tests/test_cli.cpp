@@ -877,7 +877,8 @@ TEST_CASE("ckpt report: one self-contained HTML page, rendered by a headless chr
   // Screenshots into the test's output folder: a laptop's screen and a phone's.
   const fs::path shots = fs::path(CKPT_TEST_TMPDIR) / "report";
   fs::create_directories(shots);
-  for (const auto& [name, size] : {std::pair("report.png", "1280,800"), std::pair("report-phone.png", "390,844")}) {
+  for (const auto& shot : {std::pair("report.png", "1280,800"), std::pair("report-phone.png", "390,844")}) {
+    const std::string name = shot.first, size = shot.second;  // not a structured binding: clang 14 cannot capture one
     CAPTURE(name);
     fs::remove(shots / name);
     REQUIRE(browser.run(page, "--screenshot=" + (shots / name).string(), size, dom, err) == 0);
