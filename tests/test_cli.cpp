@@ -866,6 +866,42 @@ TEST_CASE("ckpt report: one self-contained HTML page, rendered by a headless chr
   // The treemap: a cell per leaf.
   CHECK(count(between(dom, "<div id=\"treemap\">", "</section>"), "class=\"cell") == leaves);
 
+  // The controls: a filter, a sort by a column and another step, driven by a script
+  // appended to a copy of the page.
+  {
+    std::string driven = html;
+    driven.replace(driven.rfind("</body>"), 7, R"(<script>
+      const f = document.getElementById('filter');
+      f.value = 'HEAD';
+      f.dispatchEvent(new Event('input'));
+      document.querySelector('#leaf-head th[data-key="l2"]').click();
+      const s = document.getElementById('step');
+      s.value = '0';
+      s.dispatchEvent(new Event('change'));
+    </script></body>)");
+    test::write_bytes(tmp / "driven.html", std::vector<char>(driven.begin(), driven.end()));
+    REQUIRE(browser.run(tmp / "driven.html", "--dump-dom", "1280,800", dom, err) == 0);
+    check_rendered(dom, err);
+    std::vector<std::pair<double, std::string>> head;  // step 400's leaves matching "head", largest L2 first
+    for (const auto& l : data["steps"][0]["leaves"])
+      if (l["path"].get<std::string>().find("head") != std::string::npos) head.emplace_back(l["l2"].get<double>(), l["path"]);
+    std::sort(head.rbegin(), head.rend());
+    REQUIRE(head.size() == 6);
+    const std::string shown = between(dom, "<tbody id=\"leaf-rows\">", "</tbody>");
+    CHECK(count(shown, "<tr") == head.size());
+    CHECK(count(shown, "<tr class=\"bad\">") == 0);  // step 400 holds no NaN
+    std::size_t at = 0;
+    for (const auto& h : head) {  // in that order
+      CAPTURE(h.second);
+      const auto next = shown.find("<td title=\"" + h.second + "\">", at);
+      CHECK(next != std::string::npos);
+      at = next == std::string::npos ? at : next;
+    }
+    CHECK(dom.find("aria-sort=\"descending\">L2</th>") != std::string::npos);
+    CHECK(dom.find("6 of 26 leaves (step 400)") != std::string::npos);
+    CHECK(count(between(dom, "<table class=\"heat\" id=\"heat\">", "</table>"), "<tr data-leaf=") == head.size());
+  }
+
   // The names that would be markup are text in the page; no element came from them.
   REQUIRE(browser.run(named, "--dump-dom", "1280,800", dom, err) == 0);
   check_rendered(dom, err);
