@@ -1,5 +1,6 @@
 // tests/test_cli.cpp — the ckpt command-line tool (tools/ckpt_cli.cpp), run as a
-// program: tree, show, verify, diff, convert, ls and their exit codes.
+// program: tree, show, verify, diff, convert, ls and their exit codes; du, stats and
+// diff --rel; report, whose page a headless chromium renders.
 // CKPT_CLI names the built tool (tests/CMakeLists.txt).
 
 #include "support.hpp"
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -647,6 +649,326 @@ TEST_CASE("ckpt ls: marks the steps the manager's guard_non_finite found NaN or 
   r = cli("ls --json " + (tmp / "run").string());
   REQUIRE(r.rc == 0);
   CHECK(nlohmann::json::parse(r.out)["steps"][3]["finite"] == true);
+}
+
+// ---- ckpt report: the page, rendered by a real browser ------------------------------
+
+// The output of a shell command (stdout and stderr into `log`), and its exit status.
+int shell(const std::string& cmd, std::string& log) {
+  log.clear();
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) log.append(buf, n);
+  const int st = ::pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::size_t count(const std::string& s, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = s.find(what); at != std::string::npos; at = s.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// The text between `from` (after it) and the next `to`.
+std::string between(const std::string& s, const std::string& from, const std::string& to) {
+  const auto a = s.find(from);
+  if (a == std::string::npos) return {};
+  const auto b = s.find(to, a + from.size());
+  return s.substr(a + from.size(), b == std::string::npos ? std::string::npos : b - a - from.size());
+}
+
+// The JSON the page embeds (report.hpp escapes '<', '>' and '&' as \u escapes).
+nlohmann::json report_data(const std::string& html) {
+  return nlohmann::json::parse(between(html, "<script type=\"application/json\" id=\"report-data\">", "</script>"));
+}
+
+// Chromium, headless, on a page: `mode` is --dump-dom or --screenshot=FILE; the console
+// goes to stderr (--enable-logging=stderr), every message in a line with ":CONSOLE".
+struct Browser {
+  std::string exe;
+  int run(const fs::path& page, const std::string& mode, const std::string& size, std::string& out, std::string& err) const {
+    test::TempDir profile;
+    const std::string cmd = "timeout 120 " + exe + " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
+                            " --disable-background-networking --disable-component-update --disable-sync"
+                            " --enable-logging=stderr --user-data-dir=" + (profile / "p").string() +
+                            " --virtual-time-budget=5000 --window-size=" + size + " " + mode + " file://" + page.string() +
+                            " >" + (profile / "out").string() + " 2>" + (profile / "err").string();
+    const int st = std::system(cmd.c_str());
+    const auto o = test::read_bytes(profile / "out"), e = test::read_bytes(profile / "err");
+    out.assign(o.begin(), o.end());
+    err.assign(e.begin(), e.end());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+};
+
+// What the page logged: the console lines of chromium's stderr.
+std::string console_lines(const std::string& err) {
+  std::string out, line;
+  for (std::size_t at = 0; at < err.size();) {
+    const auto nl = err.find('\n', at);
+    line = err.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+    if (line.find(":CONSOLE") != std::string::npos) out += line + "\n";
+    at = nl == std::string::npos ? err.size() : nl + 1;
+  }
+  return out;
+}
+
+// The page rendered without a script error: the render finished, window.onerror wrote
+// nothing into #errors, and nothing was logged to the console.
+void check_rendered(const std::string& dom, const std::string& err) {
+  INFO(console_lines(err));
+  CHECK(dom.find("data-rendered=\"1\"") != std::string::npos);
+  CHECK(dom.find("<pre id=\"errors\"></pre>") != std::string::npos);
+  CHECK(console_lines(err).empty());
+}
+
+// A small network and its Adam moments, as a training run saves them: the head's
+// weights grow faster and faster until, at step 800, they hold a NaN (the moment too).
+struct Dense {
+  std::vector<float> w, b;
+};
+struct Adam {
+  std::map<std::string, Dense> mu, nu;
+  std::int64_t count = 0;
+};
+struct Net {
+  std::map<std::string, Dense> params;
+  Adam opt;
+  std::int64_t step = 0;
+};
+Net net_at(std::int64_t step) {
+  Net n;
+  n.step = n.opt.count = step;
+  const double t = static_cast<double>(step) / 100;
+  const std::vector<std::pair<std::string, std::size_t>> layers = {{"embed", 4096}, {"layer_0", 2048}, {"layer_1", 2048}, {"head", 512}};
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const auto& [name, size] = layers[l];
+    const double g = 1 + (name == "head" ? 0.02 * t * t * t : 0.01 * t);
+    Dense p, m, v;
+    for (std::size_t k = 0; k < size; ++k) {
+      const double x = static_cast<double>(k);
+      p.w.push_back(static_cast<float>(std::sin(0.37 * x + static_cast<double>(l)) * 0.05 * g + 0.002 * std::cos(0.11 * x * t)));
+      m.w.push_back(static_cast<float>(1e-3 * std::cos(0.05 * x + 0.1 * t) * g));
+      v.w.push_back(static_cast<float>(1e-6 * (1.5 + std::sin(0.07 * x)) * g * g));
+    }
+    for (std::size_t k = 0; k < size / 64; ++k) {
+      const double x = static_cast<double>(k);
+      p.b.push_back(static_cast<float>(0.01 * std::sin(x + 0.1 * t)));
+      m.b.push_back(static_cast<float>(1e-4 * std::cos(x + 0.1 * t)));
+      v.b.push_back(static_cast<float>(1e-8 * (1 + t)));
+    }
+    n.params[name] = p, n.opt.mu[name] = m, n.opt.nu[name] = v;
+  }
+  if (step == 800) n.params["head"].w[7] = n.opt.mu["head"].w[7] = std::numeric_limits<float>::quiet_NaN();
+  return n;
+}
+
+TEST_CASE("ckpt report: one self-contained HTML page, rendered by a headless chromium") {
+  REQUIRE(fs::exists(CKPT_CLI));
+  test::TempDir tmp;
+  // A run that diverges: eight saves, five kept, the last with NaN in two leaves; its
+  // loss, logged every 10 steps to TensorBoard, ends in a NaN.
+  std::vector<std::int64_t> kept;
+  const auto loss = [](double s) { return s <= 760 ? 2.5 * std::exp(-s / 250) + 0.4 + 0.03 * std::sin(s / 7) : 0.5 + (s - 760) / 10; };
+  {
+    ckpt::CheckpointManager<Net> mgr(tmp / "run", {.max_to_keep = 5});
+    for (std::int64_t step = 100; step <= 800; step += 100) {
+      const double l = loss(static_cast<double>(step));
+      mgr.save(step, net_at(step), {{"loss", l}, {"accuracy", 0.95 * std::exp(-l / 2)}});
+    }
+    mgr.wait_until_finished();
+    kept = mgr.all_steps();
+  }
+  ckpt::tensorboard::EventFileWriter tb(tmp / "tb/train");
+  for (std::int64_t s = 10; s <= 800; s += 10)
+    tb.add_scalar("loss", s == 800 ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(loss(static_cast<double>(s))), s);
+  tb.flush();
+  REQUIRE(kept == std::vector<std::int64_t>{400, 500, 600, 700, 800});
+  const std::size_t leaves = ckpt::open_index(tmp / "run/800")->entries().size();
+  REQUIRE(leaves == 26);
+
+  // Run in tmp, so that the page names the root as given: "run".
+  std::string out;
+  const int rc = shell("cd '" + tmp.path().string() + "' && " + CKPT_CLI + " report run -o run.html --tensorboard tb --max-memory 256K", out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("5 steps") != std::string::npos);
+  CHECK(out.find("1 step with NaN or Inf") != std::string::npos);
+  const fs::path page = tmp / "run.html";
+  const auto bytes = test::read_bytes(page);
+  const std::string html(bytes.begin(), bytes.end());
+
+  // Nothing is loaded from anywhere: no resource is referenced, a policy forbids loads,
+  // and the only URL is the SVG namespace the script creates elements in.
+  CHECK(html.find("Content-Security-Policy\" content=\"default-src 'none';") != std::string::npos);
+  for (const char* ref : {"src=", "href=", "url(", "@import", "<link", "fetch(", "XMLHttpRequest", "//cdn"}) {
+    CAPTURE(ref);
+    CHECK(html.find(ref) == std::string::npos);
+  }
+  CHECK(count(html, "http") == count(html, "'http://www.w3.org/2000/svg'") + count(html, "http-equiv"));
+
+  // The data: every kept step's metrics, statistics and moves as the commands give them.
+  const auto data = report_data(html);
+  CHECK(data["path"] == "run");
+  REQUIRE(data["steps"].size() == kept.size());
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    CAPTURE(kept[i]);
+    const auto& s = data["steps"][i];
+    const std::string dir = (tmp / "run" / std::to_string(kept[i])).string();
+    CHECK(s["step"] == kept[i]);
+    CHECK(s["metrics"]["loss"].get<double>() == doctest::Approx(loss(static_cast<double>(kept[i]))));
+    CHECK(s["leaves"].size() == leaves);
+    CHECK(s["tree"]["bytes"] == nlohmann::json::parse(cli("du --json " + dir).out)["bytes"]);
+    const auto stats = nlohmann::json::parse(cli("stats --json " + dir).out);
+    for (const auto& l : stats["leaves"]) {
+      CAPTURE(l["path"]);
+      auto mine = row(s["leaves"], l["path"].get<std::string>());
+      CHECK(mine.contains("bytes"));
+      mine.erase("bytes");
+      CHECK(mine == l);
+    }
+    if (i > 0) {  // how far layer_0's bias moved from the step before, computed here
+      const auto a = net_at(kept[i - 1]).params["layer_0"].b, b = net_at(kept[i]).params["layer_0"].b;
+      double d2 = 0, a2 = 0;
+      for (std::size_t k = 0; k < a.size(); ++k) d2 += (a[k] - b[k]) * double(a[k] - b[k]), a2 += a[k] * double(a[k]);
+      CHECK(row(s["moved"], "params.layer_0.b")["rel_l2"].get<double>() == doctest::Approx(std::sqrt(d2 / a2)));
+    }
+  }
+  CHECK(row(data["steps"][4]["leaves"], "params.head.w")["nan"] == 1);
+  CHECK(row(data["steps"][4]["moved"], "opt.mu.head.w")["nonfinite_diff"] == 1);
+  CHECK(data["tensorboard"]["train/loss"].size() == 80);
+  CHECK(data["tensorboard"]["train/loss"][79] == nlohmann::json::array({800, nullptr}));
+
+  // A checkpoint whose names would be markup: they stay text.
+  struct Named {
+    std::map<std::string, std::vector<float>> by_name;
+  };
+  const std::string evil = "</script><img src=x onerror=alert(1)>", comment = "<!--";
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ckpt::save(tmp / "named", Named{{{evil, {1, 2}}, {comment, {nan}}, {"plain & simple", {3}}}});
+  const fs::path named = tmp / "named.html";
+  auto r = cli("report " + (tmp / "named").string() + " -o " + named.string());
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto nb = test::read_bytes(named);
+  const std::string nhtml(nb.begin(), nb.end());
+  CHECK(nhtml.find("</script><img") == std::string::npos);
+  CHECK(nhtml.find("<!--") == std::string::npos);
+  CHECK(report_data(nhtml)["steps"][0]["leaves"].size() == 3);
+  CHECK(row(report_data(nhtml)["steps"][0]["leaves"], "by_name." + evil)["l2"] == doctest::Approx(std::sqrt(5.0)));
+
+  // Bad input: exit 2 and a message.
+  for (const std::string& bad : {"report /nonexistent/x -o " + (tmp / "x.html").string(), "report " + (tmp / "named").string(),
+                                 "report " + (tmp / "named").string() + " -o " + (tmp / "no/such/dir/x.html").string(),
+                                 "report " + (tmp / "run").string() + " -o " + (tmp / "y.html").string() + " --tensorboard /nonexistent"}) {
+    CAPTURE(bad);
+    r = cli(bad);
+    CHECK(r.rc == 2);
+    CHECK(!r.err.empty());
+  }
+  CHECK(!fs::exists(tmp / "y.html"));
+
+  // ---- in a browser ----
+  std::string where;
+  if (shell("command -v chromium || command -v chromium-browser", where) != 0 || where.empty()) {
+    MESSAGE("chromium is not installed: the report's rendering is not checked (tools/install-deps.sh installs it)");
+    return;
+  }
+  const Browser browser{where.substr(0, where.find('\n'))};
+  std::string dom, err;
+  REQUIRE(browser.run(page, "--dump-dom", "1280,800", dom, err) == 0);
+  check_rendered(dom, err);
+  // The table: a row per leaf of the latest step, the two with a NaN highlighted.
+  const std::string rows = between(dom, "<tbody id=\"leaf-rows\">", "</tbody>");
+  CHECK(count(rows, "<tr") == leaves);
+  CHECK(count(rows, "<tr class=\"bad\">") == 2);
+  for (const std::string leaf : {"params.head.w", "opt.mu.head.w"})
+    CHECK(rows.find("<tr class=\"bad\"><td title=\"" + leaf + "\">" + leaf + "</td>") != std::string::npos);
+  CHECK(dom.find(std::to_string(leaves) + " of " + std::to_string(leaves) + " leaves (step 800)") != std::string::npos);
+  // The metrics: one point per kept step, at that step; TensorBoard's 80, the NaN drawn apart.
+  for (const char* metric : {"loss", "accuracy"}) {
+    CAPTURE(metric);
+    CHECK(count(dom, "data-metric=\"" + std::string(metric) + "\"") == kept.size());
+    for (const auto step : kept)
+      CHECK(dom.find("data-step=\"" + std::to_string(step) + "\" data-metric=\"" + metric + "\" class=\"pt\"") != std::string::npos);
+  }
+  CHECK(count(dom, "data-tag=\"train/loss\"") == 80);
+  CHECK(count(dom, "data-step=\"800\" data-tag=\"train/loss\" class=\"tb nonfinite\"") == 1);
+  // The norms: the leaves with a NaN among those drawn, a point per step, the last one marked.
+  for (const std::string leaf : {"params.head.w", "opt.mu.head.w"}) {
+    CAPTURE(leaf);
+    CHECK(count(dom, "data-leaf=\"" + leaf + "\" class=\"norm") == kept.size());
+    CHECK(dom.find("data-step=\"800\" data-leaf=\"" + leaf + "\" class=\"norm nonfinite\"") != std::string::npos);
+  }
+  // The heat map: a row per numeric leaf, a column per pair of steps; the last change of
+  // the two leaves with a NaN is NaN.
+  const std::string heat = between(dom, "<table class=\"heat\" id=\"heat\">", "</table>");
+  CHECK(count(heat, "<tr data-leaf=") == leaves);
+  CHECK(count(heat, "<th>") == kept.size());  // the leaf column, then one per pair
+  CHECK(count(heat, "class=\"nonfinite\"") == 2);
+  CHECK(between(heat, "<tr data-leaf=\"params.head.w\">", "</tr>").find("class=\"nonfinite\"") != std::string::npos);
+  // The treemap: a cell per leaf.
+  CHECK(count(between(dom, "<div id=\"treemap\">", "</section>"), "class=\"cell") == leaves);
+
+  // The controls: a filter, a sort by a column and another step, driven by a script
+  // appended to a copy of the page.
+  {
+    std::string driven = html;
+    driven.replace(driven.rfind("</body>"), 7, R"(<script>
+      const f = document.getElementById('filter');
+      f.value = 'HEAD';
+      f.dispatchEvent(new Event('input'));
+      document.querySelector('#leaf-head th[data-key="l2"]').click();
+      const s = document.getElementById('step');
+      s.value = '0';
+      s.dispatchEvent(new Event('change'));
+    </script></body>)");
+    test::write_bytes(tmp / "driven.html", std::vector<char>(driven.begin(), driven.end()));
+    REQUIRE(browser.run(tmp / "driven.html", "--dump-dom", "1280,800", dom, err) == 0);
+    check_rendered(dom, err);
+    std::vector<std::pair<double, std::string>> head;  // step 400's leaves matching "head", largest L2 first
+    for (const auto& l : data["steps"][0]["leaves"])
+      if (l["path"].get<std::string>().find("head") != std::string::npos) head.emplace_back(l["l2"].get<double>(), l["path"]);
+    std::sort(head.rbegin(), head.rend());
+    REQUIRE(head.size() == 6);
+    const std::string shown = between(dom, "<tbody id=\"leaf-rows\">", "</tbody>");
+    CHECK(count(shown, "<tr") == head.size());
+    CHECK(count(shown, "<tr class=\"bad\">") == 0);  // step 400 holds no NaN
+    std::size_t at = 0;
+    for (const auto& h : head) {  // in that order
+      CAPTURE(h.second);
+      const auto next = shown.find("<td title=\"" + h.second + "\">", at);
+      CHECK(next != std::string::npos);
+      at = next == std::string::npos ? at : next;
+    }
+    CHECK(dom.find("aria-sort=\"descending\">L2</th>") != std::string::npos);
+    CHECK(dom.find("6 of 26 leaves (step 400)") != std::string::npos);
+    CHECK(count(between(dom, "<table class=\"heat\" id=\"heat\">", "</table>"), "<tr data-leaf=") == head.size());
+  }
+
+  // The names that would be markup are text in the page; no element came from them.
+  REQUIRE(browser.run(named, "--dump-dom", "1280,800", dom, err) == 0);
+  check_rendered(dom, err);
+  CHECK(dom.find("<img") == std::string::npos);
+  CHECK(dom.find("&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;") != std::string::npos);
+  CHECK(count(between(dom, "<tbody id=\"leaf-rows\">", "</tbody>"), "<tr") == 3);
+  CHECK(count(between(dom, "<tbody id=\"leaf-rows\">", "</tbody>"), "<tr class=\"bad\">") == 1);
+
+  // Screenshots into the test's output folder: a laptop's screen and a phone's.
+  const fs::path shots = fs::path(CKPT_TEST_TMPDIR) / "report";
+  fs::create_directories(shots);
+  for (const auto& shot : {std::pair("report.png", "1280,800"), std::pair("report-phone.png", "390,844")}) {
+    const std::string name = shot.first, size = shot.second;  // not a structured binding: clang 14 cannot capture one
+    CAPTURE(name);
+    fs::remove(shots / name);
+    REQUIRE(browser.run(page, "--screenshot=" + (shots / name).string(), size, dom, err) == 0);
+    const auto png = test::read_bytes(shots / name);
+    REQUIRE(png.size() > 8);
+    CHECK(std::string(png.begin() + 1, png.begin() + 4) == "PNG");
+  }
+  MESSAGE("screenshots of the report: " << (shots / "report.png").string() << ", " << (shots / "report-phone.png").string());
 }
 
 }  // namespace cli_test

@@ -8,6 +8,7 @@
 //   ckpt du PATH [--depth N] [--json]   bytes and elements per subtree, largest first (a root: per step)
 //   ckpt stats PATH [--json] [--max-memory B]   NaN/Inf counts, min, max, mean, std, L2 per leaf and subtree
 //   ckpt diff A B [--rel] [--json]   added, removed and changed leaves; --rel: how far each leaf moved
+//   ckpt report PATH -o FILE [--tensorboard DIR]   one HTML page: bytes, statistics, metrics, norms, changes (report.hpp)
 //   ckpt convert SRC DST --to native|flax|t5x|orbax|zarr
 //   ckpt gc DIR [--dry-run]      deletes what killed saves left in DIR (stale .tmp-* directories)
 // Every PATH, ROOT, SRC and DST may be an s3://bucket/prefix URL (native checkpoints;
@@ -346,11 +347,15 @@ json du_checkpoint(const fs::path& p, int depth) {
   return n;
 }
 
+// A manager's root: a directory (or URL prefix) that is no checkpoint itself but holds steps.
+bool is_root(const fs::path& p) {
+  std::error_code ec;
+  return !is_checkpoint(p) && (ckpt::storage::is_url(p) || fs::is_directory(p, ec)) && !steps_of(p).empty();
+}
+
 int cmd_du(const fs::path& p, int depth, bool as_json) {
   if (depth < 0) depth = std::numeric_limits<int>::max();
-  std::error_code ec;
-  const bool root = !is_checkpoint(p) && (ckpt::storage::is_url(p) || fs::is_directory(p, ec)) && !steps_of(p).empty();
-  if (!root) {
+  if (!is_root(p)) {
     const json n = du_checkpoint(p, depth);
     if (as_json) {
       std::cout << dump(n) << "\n";
@@ -430,32 +435,45 @@ struct StatsWalk {
 
 std::string cell(const json& x) { return x.is_null() ? "-" : fmt(x.get<double>()); }
 
-int cmd_stats(const fs::path& p, bool as_json, std::uint64_t max_memory) {
-  std::error_code ec;
-  if (!is_checkpoint(p) && (ckpt::storage::is_url(p) || fs::is_directory(p, ec)))
-    if (const auto steps = steps_of(p); !steps.empty())
-      throw BadInput(p.string() + ": a directory of " + std::to_string(steps.size()) +
-                     " step checkpoints, not one; give one of them (" + printable(steps.back().second.string()) + ")");
-  const auto index = open(p);
+// The statistics of every leaf and subtree of a checkpoint, in one pass over its values
+// (half of max_memory for the buffer, half for a leaf its format reads whole).
+struct StatsTable {
+  json leaves, subtrees;  // rows in path order, as StatsWalk makes them
+  ckpt::ValueStats total;
+};
+StatsTable stats_table(const std::shared_ptr<const ckpt::Index>& index, std::uint64_t max_memory, Bar& bar) {
   const std::size_t piece = piece_bytes(max_memory, 2);
   std::vector<ckpt::ValueStats> leaf(index->entries().size());
-  {
-    Bar bar("stats", total_bytes(*index));
-    for (std::size_t i = 0; i < leaf.size(); ++i) {
-      const ckpt::IndexEntry& e = index->entries()[i];
-      if (!ckpt::stats_supported(e.type)) {
-        bar.add(e.length);
-        continue;
-      }
-      LeafPieces pieces(index, e, piece, max_memory ? std::max<std::uint64_t>(max_memory / 2, 1) : 0);
-      for (auto b = pieces.next(); !b.empty(); b = pieces.next()) {
-        leaf[i].add(e.type, b);
-        bar.add(b.size());
-      }
+  for (std::size_t i = 0; i < leaf.size(); ++i) {
+    const ckpt::IndexEntry& e = index->entries()[i];
+    if (!ckpt::stats_supported(e.type)) {
+      bar.add(e.length);
+      continue;
+    }
+    LeafPieces pieces(index, e, piece, max_memory ? std::max<std::uint64_t>(max_memory / 2, 1) : 0);
+    for (auto b = pieces.next(); !b.empty(); b = pieces.next()) {
+      leaf[i].add(e.type, b);
+      bar.add(b.size());
     }
   }
   StatsWalk w{*index, leaf};
   const ckpt::ValueStats total = w.walk(ckpt::Path());
+  return {std::move(w.leaves), std::move(w.subtrees), total};
+}
+
+int cmd_stats(const fs::path& p, bool as_json, std::uint64_t max_memory) {
+  if (is_root(p)) {
+    const auto steps = steps_of(p);
+    throw BadInput(p.string() + ": a directory of " + std::to_string(steps.size()) +
+                   " step checkpoints, not one; give one of them (" + printable(steps.back().second.string()) + ")");
+  }
+  const auto index = open(p);
+  StatsTable w;
+  {
+    Bar bar("stats", total_bytes(*index));
+    w = stats_table(index, max_memory, bar);
+  }
+  const ckpt::ValueStats& total = w.total;
   std::vector<std::string> bad;
   for (const auto& l : w.leaves)
     if (l.value("nan", 0) + l.value("inf", 0) > 0) bad.push_back(l["path"].get<std::string>());
@@ -743,11 +761,12 @@ json moved_json(const std::string& path, const Moved& m) {
           {"nonfinite_diff", m.d.nan() + m.d.inf()}};
 }
 
-int cmd_diff(const fs::path& a, const fs::path& b, bool as_json, bool rel, std::uint64_t max_memory) {
-  const auto ia = open(a), ib = open(b);
+// What differs from checkpoint a to b: {added, removed, changed, unchanged (a count),
+// moved (how far each numeric leaf both hold moved, most moved first)}.
+json diff_json(const std::shared_ptr<const ckpt::Index>& ia, const std::shared_ptr<const ckpt::Index>& ib,
+               std::uint64_t max_memory, Bar& bar) {
   json added = json::array(), removed = json::array(), changed = json::array(), moved = json::array();
   std::size_t same = 0;
-  Bar bar("diff", total_bytes(*ia));
   for (const auto& e : ia->entries())
     if (!ib->find(e.path)) removed.push_back(e.path.str());
   for (const auto& e : ib->entries())
@@ -791,9 +810,20 @@ int cmd_diff(const fs::path& a, const fs::path& b, bool as_json, bool rel, std::
                                                         : x["rel_l2"].get<double>();
   };
   std::stable_sort(moved.begin(), moved.end(), [&](const json& x, const json& y) { return key(x) > key(y); });
+  return {{"added", added}, {"removed", removed}, {"changed", changed}, {"unchanged", same}, {"moved", moved}};
+}
+
+int cmd_diff(const fs::path& a, const fs::path& b, bool as_json, bool rel, std::uint64_t max_memory) {
+  const auto ia = open(a), ib = open(b);
+  json out;
+  {
+    Bar bar("diff", total_bytes(*ia));
+    out = diff_json(ia, ib, max_memory, bar);
+  }
+  const json &added = out["added"], &removed = out["removed"], &changed = out["changed"], &moved = out["moved"];
+  const std::size_t same = out["unchanged"].get<std::size_t>();
   if (as_json) {
-    json out = {{"added", added}, {"removed", removed}, {"changed", changed}, {"unchanged", same}};
-    if (rel) out["moved"] = moved;
+    if (!rel) out.erase("moved");
     std::cout << dump(out) << "\n";
   } else if (rel) {
     std::printf("%-50s %12s %12s %12s %12s\n", "PATH", "REL_L2", "MAX|A-B|", "|A-B|", "|A|");
@@ -857,6 +887,8 @@ int cmd_gc(const fs::path& dir, bool dry_run) {
 
 }  // namespace
 
+#include "report.hpp"  // ckpt report: gathers the figures of the commands above into one page
+
 int main(int argc, char** argv) {
   // The formats are the library's registered ones: what it reads, the tool reads.
   std::vector<std::string> readable, writable;
@@ -904,7 +936,12 @@ int main(int argc, char** argv) {
   auto* stats = app.add_subcommand("stats", "per leaf and subtree: elements, NaN, Inf, min, max, mean, std, L2 (exit 1: NaN or Inf)");
   stats->add_option("PATH", a, "a checkpoint")->required();
   stats->add_flag("--json", as_json, "machine-readable output");
-  for (auto* sub : {stats, diff})
+  std::string output, tensorboard;
+  auto* report = app.add_subcommand("report", "one self-contained HTML page: bytes per subtree, leaf statistics; a root: metrics, norms and changes per step");
+  report->add_option("PATH", a, "a checkpoint, or a directory of step checkpoints")->required();
+  report->add_option("-o,--output", output, "the HTML file to write")->required();
+  report->add_option("--tensorboard", tensorboard, "a directory of TensorBoard event files, or of runs holding them: their scalars too");
+  for (auto* sub : {stats, diff, report})
     sub->add_option("--max-memory", max_memory, "memory the leaves may be read through, e.g. 64M (default: 16 MiB pieces)")
         ->transform(CLI::AsSizeValue(false));
   auto* convert = app.add_subcommand("convert", "any readable format into any writable one");
@@ -920,7 +957,7 @@ int main(int argc, char** argv) {
   gc->add_option("DIR", a, "a directory checkpoints are saved in")->required();
   gc->add_flag("--dry-run", dry_run, "only list them");
   app.add_flag("-q,--quiet", quiet, "no progress bar (there is none either when stderr is not a terminal)");
-  for (auto* sub : {ls, tree, show, verify, diff, du, stats, convert, gc}) sub->fallthrough();  // --quiet after the subcommand too
+  for (auto* sub : {ls, tree, show, verify, diff, du, stats, report, convert, gc}) sub->fallthrough();  // --quiet after the subcommand too
 
   try {
     app.parse(argc, argv);
@@ -938,6 +975,7 @@ int main(int argc, char** argv) {
     if (*diff) return cmd_diff(a, b, as_json, rel, max_memory);
     if (*du) return cmd_du(a, depth, as_json);
     if (*stats) return cmd_stats(a, as_json, max_memory);
+    if (*report) return cmd_report(a, output, tensorboard, max_memory);
     if (*convert) return cmd_convert(a, b, to, force, max_memory);
     if (*gc) return cmd_gc(a, dry_run);
   } catch (const std::exception& e) {

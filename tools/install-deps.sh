@@ -35,6 +35,8 @@ apt_packages=(
   python3-xxhash python3-pytest python3-pip
   # the durability test records a save's system calls (tests/durability/)
   strace
+  # test_cli renders the page of `ckpt report` in a headless browser (skipped without it)
+  chromium
 )
 # unpacked into $prefix, never installed (see above)
 local_debs=(libboost1.81-dev libmsgpack-cxx-dev)

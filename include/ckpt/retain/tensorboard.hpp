@@ -17,11 +17,13 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include <ckpt/error.hpp>
@@ -115,10 +117,10 @@ inline std::optional<double> scalar_tensor(std::span<const std::byte> b) {
   return std::nullopt;
 }
 
-// The value of `tag` in one Summary.Value, if it is that tag and a scalar.
-inline std::optional<double> value_of(std::span<const std::byte> b, std::string_view tag) {
+// The tag and value of one Summary.Value, if it holds a scalar.
+inline std::optional<std::pair<std::string_view, double>> scalar_value(std::span<const std::byte> b) {
   WireReader r(b);
-  bool tag_matches = false;
+  std::string_view tag;
   std::optional<double> value;
   while (!r.done()) {
     std::uint32_t f, w;
@@ -127,7 +129,7 @@ inline std::optional<double> value_of(std::span<const std::byte> b, std::string_
     std::uint32_t u;
     if (f == 1 && w == 2) {
       if (!r.bytes(s)) return std::nullopt;
-      tag_matches = std::string_view(reinterpret_cast<const char*>(s.data()), s.size()) == tag;
+      tag = std::string_view(reinterpret_cast<const char*>(s.data()), s.size());
     } else if (f == 2 && w == 5) {
       if (!r.fixed32(u)) return std::nullopt;
       value = fixed_float(u);
@@ -138,23 +140,26 @@ inline std::optional<double> value_of(std::span<const std::byte> b, std::string_
       return std::nullopt;
     }
   }
-  return tag_matches ? value : std::nullopt;
+  if (!value) return std::nullopt;
+  return std::pair(tag, *value);
 }
 
-// Adds (step, value) to out for an Event holding `tag`.
-inline void read_event(std::span<const std::byte> b, std::string_view tag, std::map<std::int64_t, double>& out) {
+// Calls f(tag, step, value) for each scalar of an Event (none when it is malformed), in
+// the order logged; the tags view `b`.
+template <class F>
+void for_each_scalar(std::span<const std::byte> b, F&& f) {
   WireReader r(b);
   std::optional<std::int64_t> step;
-  std::optional<double> value;
+  std::vector<std::pair<std::string_view, double>> values;
   while (!r.done()) {
-    std::uint32_t f, w;
-    if (!r.tag(f, w)) return;
+    std::uint32_t f_, w;
+    if (!r.tag(f_, w)) return;
     std::uint64_t v;
     std::span<const std::byte> s;
-    if (f == 2 && w == 0) {
+    if (f_ == 2 && w == 0) {
       if (!r.varint(v)) return;
       step = static_cast<std::int64_t>(v);
-    } else if (f == 5 && w == 2) {  // Summary
+    } else if (f_ == 5 && w == 2) {  // Summary
       if (!r.bytes(s)) return;
       WireReader sr(s);
       while (!sr.done()) {
@@ -163,7 +168,7 @@ inline void read_event(std::span<const std::byte> b, std::string_view tag, std::
         if (!sr.tag(sf, sw)) return;
         if (sf == 1 && sw == 2) {
           if (!sr.bytes(vb)) return;
-          if (const auto x = value_of(vb, tag)) value = x;
+          if (const auto x = scalar_value(vb)) values.push_back(*x);
         } else if (!sr.skip(sw)) {
           return;
         }
@@ -172,10 +177,28 @@ inline void read_event(std::span<const std::byte> b, std::string_view tag, std::
       return;
     }
   }
-  if (value) out[step.value_or(0)] = *value;
+  for (const auto& [tag, value] : values) f(tag, step.value_or(0), value);
 }
 
-inline bool is_event_file(const fs::path& p) { return p.filename().string().find("tfevents") != std::string::npos; }
+// Calls f(record) for each record of the event files of `dir`, in name order (which is
+// creation order). strict: a damaged file throws instead of contributing what precedes
+// the damage.
+template <class F>
+void for_each_event(const fs::path& dir, bool strict, F&& f) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().find("tfevents") != std::string::npos && e.is_regular_file(ec)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    try {
+      io::for_each_tfrecord(file, f);
+    } catch (const Error&) {
+      if (strict) throw;
+    }
+  }
+}
 }  // namespace detail
 
 // Every (step, value) logged under `tag` in the event files of directory `dir` (read in
@@ -183,19 +206,25 @@ inline bool is_event_file(const fs::path& p) { return p.filename().string().find
 // contributing what precedes the damage.
 inline std::map<std::int64_t, double> read_scalars(const fs::path& dir, std::string_view tag, bool strict = false) {
   std::map<std::int64_t, double> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (detail::is_event_file(e.path()) && e.is_regular_file(ec)) files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  for (const auto& f : files) {
-    try {
-      io::for_each_tfrecord(f, [&](std::span<const std::byte> rec) { detail::read_event(rec, tag, out); });
-    } catch (const Error&) {
-      if (strict) throw;
-    }
-  }
+  detail::for_each_event(dir, strict, [&](std::span<const std::byte> rec) {
+    detail::for_each_scalar(rec, [&](std::string_view t, std::int64_t step, double v) {
+      if (t == tag) out[step] = v;
+    });
+  });
+  return out;
+}
+
+// Every scalar logged in the event files of `dir`, by tag, as read_scalars reads one.
+inline std::map<std::string, std::map<std::int64_t, double>, std::less<>> read_all_scalars(const fs::path& dir,
+                                                                                            bool strict = false) {
+  std::map<std::string, std::map<std::int64_t, double>, std::less<>> out;
+  detail::for_each_event(dir, strict, [&](std::span<const std::byte> rec) {
+    detail::for_each_scalar(rec, [&](std::string_view t, std::int64_t step, double v) {
+      auto it = out.find(t);
+      if (it == out.end()) it = out.emplace(std::string(t), std::map<std::int64_t, double>{}).first;
+      it->second[step] = v;
+    });
+  });
   return out;
 }
 
