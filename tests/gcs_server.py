@@ -6,7 +6,7 @@ No GCS emulator is packaged here, so the tests run this one on 127.0.0.1; it ans
 what Google's `gcloud storage` CLI and ckpt's gs:// backend send, as storage.googleapis.com
 does:
 
-  GET    /storage/v1/b/B                            bucket metadata
+  GET    /storage/v1/b/B                            bucket metadata (and /storageLayout)
   GET    /storage/v1/b/B/o?prefix&delimiter&pageToken&maxResults&startOffset   list
   GET    /storage/v1/b/B/o/NAME[?alt=media]          object metadata or its bytes (Range)
   GET    /download/storage/v1/b/B/o/NAME?alt=media   the same bytes
@@ -26,7 +26,7 @@ Test controls (not GCS): POST /_control with a JSON object, GET /_stats.
               {"kind": "delay", "seconds": 2, "count": 1, "match": "uploadType"}]}
       the next `count` requests whose "METHOD PATH?QUERY" contains `match` fail with
       that status, lose their connection (a media download after half its bytes), or
-      are answered `seconds` late.
+      are answered `seconds` late; "corrupt": a media download with its first byte flipped.
   {"auth": {"public_key": PEM, "client_email": E, "refresh_token": R, "client_id": I,
             "client_secret": S, "token_lifetime": N}}
       storage requests then need "Authorization: Bearer <a token this server issued,
@@ -307,7 +307,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, {})
         if path == "/token":
             return self.token(body)
-        if path.startswith("/computeMetadata/"):
+        if path.startswith("/computeMetadata/") or (path == "/" and "Metadata-Flavor" in self.headers):
             return self.metadata(path)
 
         kind = self.kind(path, query)
@@ -365,14 +365,14 @@ class Handler(BaseHTTPRequestHandler):
                 st.tokens = {}
         self.send(200, {})
 
-    def issue_token(self):
+    def issue_token(self, headers=()):
         st = self.server.state
         with st.lock:
             life = int(st.auth.get("token_lifetime", 3600)) if st.auth else 3600
             tok = "ya29.test-" + uuid.uuid4().hex
             st.tokens[tok] = time.time() + life
             st.token_requests += 1
-        return self.send(200, {"access_token": tok, "expires_in": life, "token_type": "Bearer"})
+        return self.send(200, {"access_token": tok, "expires_in": life, "token_type": "Bearer"}, headers=headers)
 
     def token(self, body):
         st = self.server.state
@@ -428,13 +428,16 @@ class Handler(BaseHTTPRequestHandler):
         return None
 
     def metadata(self, path):
+        flavor = [("Metadata-Flavor", "Google")]
         if self.headers.get("Metadata-Flavor") != "Google":
-            return self.send(403, b"Missing Metadata-Flavor:Google header.", "text/plain")
+            return self.send(403, b"Missing Metadata-Flavor:Google header.", "text/plain", flavor)
         if path == "/computeMetadata/v1/instance/service-accounts/default/token":
-            return self.issue_token()
+            return self.issue_token(flavor)
+        if path == "/":
+            return self.send(200, b"computeMetadata/\n", "application/text", flavor)
         if path == "/computeMetadata/v1/project/project-id":
-            return self.send(200, b"test-project", "application/text")
-        return self.send(404, b"not found", "text/plain")
+            return self.send(200, b"test-project", "application/text", flavor)
+        return self.send(404, b"not found", "text/plain", flavor)
 
     # --- the JSON API ---
     def storage(self, path, query, body, kind, fault):
@@ -454,6 +457,9 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send(200, {"kind": "storage#bucket", "id": bucket, "name": bucket,
                                        "location": "US", "storageClass": "STANDARD", "metageneration": "1"})
             return self.error(405, "method not allowed")
+        if rest == ["storageLayout"] and self.command == "GET":  # gcloud asks before a recursive copy
+            return self.send(200, {"kind": "storage#storageLayout", "bucket": bucket, "location": "US",
+                                   "locationType": "multi-region", "hierarchicalNamespace": {"enabled": False}})
         if rest[0] != "o":
             return self.error(404, "Not Found")
         if path.startswith("/upload/"):
@@ -461,6 +467,15 @@ class Handler(BaseHTTPRequestHandler):
                 return self.upload_start(bucket, query, body)
             if self.command == "PUT":
                 return self.upload_chunk(bucket, query, body)
+            if self.command == "DELETE" and "upload_id" in query:  # cancels a session, as GCS does
+                with self.server.state.lock:
+                    gone = self.server.state.sessions.pop(query["upload_id"], None)
+                if gone:
+                    try:
+                        os.unlink(gone["path"])
+                    except OSError:
+                        pass
+                return self.send(499 if gone else 404, b"", "text/plain")
             return self.error(405, "method not allowed")
         if len(rest) == 1:
             if self.command == "GET":
@@ -521,6 +536,8 @@ class Handler(BaseHTTPRequestHandler):
                 chunk = fh.read(min(left, 1 << 20) if cut < 0 else min(left, 1 << 20, max(cut, 1)))
                 if not chunk:
                     break
+                if fault and fault["kind"] == "corrupt" and left == end - begin:
+                    chunk = bytes([chunk[0] ^ 1]) + chunk[1:]
                 self.wfile.write(chunk)
                 left -= len(chunk)
                 if cut >= 0:
