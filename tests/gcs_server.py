@@ -34,7 +34,8 @@ Test controls (not GCS): POST /_control with a JSON object, GET /_stats.
       claims checked) or a refresh token for one; GET
       /computeMetadata/v1/instance/service-accounts/default/token (Metadata-Flavor:
       Google) hands one out.   {"auth": null} turns it off.
-  /_stats: {"requests": {"METHOD kind": n}, "tokens": n, "auth_failures": n, "headers": [...]}
+  /_stats: {"requests": {"kind": n}, "tokens": n, "auth_failures": n, "headers": [...], "queries": [...],
+            "faults_left": n}
   POST /_reset_stats
 
 Usage: gcs_server.py --data DIR --bucket NAME [--bucket NAME ...] [--port N] --port-file F
@@ -201,6 +202,7 @@ class State:
         self.token_requests = 0
         self.auth_failures = 0
         self.headers = []  # the Authorization-free headers of the last requests (what clients send)
+        self.queries = []  # and their query strings
         self.sessions = {}
 
     def take_fault(self, line):
@@ -300,10 +302,12 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/_stats":
             with st.lock:
                 return self.send(200, {"requests": st.stats, "tokens": st.token_requests,
-                                       "auth_failures": st.auth_failures, "headers": st.headers[-50:]})
+                                       "auth_failures": st.auth_failures, "headers": st.headers[-50:],
+                                       "queries": st.queries[-50:],
+                                       "faults_left": sum(f.get("count", 0) for f in st.faults)})
         if path == "/_reset_stats":
             with st.lock:
-                st.stats, st.token_requests, st.auth_failures, st.headers = {}, 0, 0, []
+                st.stats, st.token_requests, st.auth_failures, st.headers, st.queries = {}, 0, 0, [], []
             return self.send(200, {})
         if path == "/token":
             return self.token(body)
@@ -315,6 +319,7 @@ class Handler(BaseHTTPRequestHandler):
         with st.lock:
             st.stats[kind] = st.stats.get(kind, 0) + 1
             st.headers.append({k: v for k, v in self.headers.items() if k.lower() != "authorization"})
+            st.queries.append(url.query)
         fault = st.take_fault(line)
         if fault:
             if fault["kind"] == "status":
