@@ -16,6 +16,9 @@
 #if defined(CKPT_HAVE_S3)
 #include <ckpt/storage/s3.hpp>
 #endif
+#if defined(CKPT_HAVE_GCS)
+#include <ckpt/storage/gcs.hpp>
+#endif
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -148,7 +151,10 @@ TEST_CASE("storage: URLs parse, and an unknown scheme names the header that adds
   CHECK(ckpt::storage::is_url("mem://a/b"));
   CHECK_FALSE(ckpt::storage::is_url("/tmp/a"));
   CHECK_FALSE(ckpt::storage::is_url("relative/dir"));
-  CHECK_THROWS_CKPT(ckpt::restore<State>("gs://bucket/x"), ckpt::Error, "gs://");
+  CHECK_THROWS_CKPT(ckpt::restore<State>("az://bucket/x"), ckpt::Error, "knows no storage for az://");
+#if !defined(CKPT_HAVE_GCS)
+  CHECK_THROWS_CKPT(ckpt::restore<State>("gs://bucket/x"), ckpt::Error, "<ckpt/storage/gcs.hpp>");
+#endif
 #if !defined(CKPT_HAVE_S3)
   CHECK_THROWS_CKPT(ckpt::restore<State>("s3://bucket/x"), ckpt::Error, "<ckpt/storage/s3.hpp>");
 #endif
@@ -455,6 +461,7 @@ inline ckpt::storage::Location open_counted(const std::string& url) {
   return {std::make_shared<CountingStorage>(inner.storage), inner.prefix, url};
 }
 inline const bool counted_registered = ckpt::storage::register_url_scheme({"count+s3", &open_counted}) &&
+                                       ckpt::storage::register_url_scheme({"count+gs", &open_counted}) &&
                                        ckpt::storage::register_url_scheme({"count+mem", &open_counted});
 
 struct BigLayer {
@@ -657,6 +664,20 @@ TEST_CASE("storage: a save to a local directory still stages and renames, for ev
     REQUIRE(back.layers.size() == 2);
     CHECK(back.layers[1].w == s.layers[1].w);
   }
+}
+
+struct Run {
+  int rc;
+  std::string out, err;
+};
+inline Run shell(const std::string& cmd) {
+  test::TempDir tmp;
+  const int st = std::system((cmd + " >" + (tmp / "out").string() + " 2>" + (tmp / "err").string()).c_str());
+  auto slurp = [](const fs::path& p) {
+    auto v = test::read_bytes(p);
+    return std::string(v.begin(), v.end());
+  };
+  return {WEXITSTATUS(st), slurp(tmp / "out"), slurp(tmp / "err")};
 }
 
 #if defined(CKPT_HAVE_S3)
@@ -918,20 +939,6 @@ TEST_CASE("storage: an S3 server killed mid-save leaves no checkpoint and the pr
   CHECK_THROWS_CKPT(ckpt::restore<State>("s3://bkt/killed/2"), ckpt::Error, "no checkpoint here");
 }
 
-struct Run {
-  int rc;
-  std::string out, err;
-};
-inline Run shell(const std::string& cmd) {
-  test::TempDir tmp;
-  const int st = std::system((cmd + " >" + (tmp / "out").string() + " 2>" + (tmp / "err").string()).c_str());
-  auto slurp = [](const fs::path& p) {
-    auto v = test::read_bytes(p);
-    return std::string(v.begin(), v.end());
-  };
-  return {WEXITSTATUS(st), slurp(tmp / "out"), slurp(tmp / "err")};
-}
-
 TEST_CASE("storage: the ckpt tool lists, reads, verifies and converts s3:// checkpoints, credentials from AWS_*") {
   REQUIRE_S3();
   INFO("CKPT_CLI = " << CKPT_CLI << " (build it: the ckpt_cli target)");
@@ -1080,5 +1087,550 @@ TEST_CASE("storage: an S3 object writer uploads parts as the appends come; one n
 }
 
 #endif  // CKPT_HAVE_S3
+
+#if defined(CKPT_HAVE_GCS)
+
+// --- Google Cloud Storage --------------------------------------------------------------
+// tests/gcs_server.py, a GCS JSON-API server (no GCS emulator is packaged here), on
+// 127.0.0.1 on a free port, data in a temporary directory, buckets "bkt" and "other";
+// its /_control endpoint injects failures and turns on authentication (a token endpoint
+// that checks a service account's JWT, a metadata server), /_stats counts the requests.
+// That it speaks GCS's protocol is shown by Google's own gcloud against it, below.
+class GcsServer {
+ public:
+  static GcsServer& get() {
+    static GcsServer server;
+    return server;
+  }
+  bool available() const { return why_not_.empty(); }
+  const std::string& why_not() const { return why_not_; }
+  int port() const { return port_; }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  ckpt::GcsOptions options() const {
+    ckpt::GcsOptions o;
+    o.endpoint = endpoint();
+    o.anonymous = true;
+    o.connections = 4;
+    o.part_size = std::size_t{1} << 20;
+    o.resumable_threshold = std::size_t{2} << 20;
+    o.chunk_size = std::size_t{1} << 20;
+    o.max_retries = 4;
+    o.retry_delay = 20ms;
+    o.retry_budget = 20'000ms;
+    o.connect_timeout = 2000ms;
+    o.stall_timeout = 5000ms;
+    return o;
+  }
+
+  void start() {
+    const fs::path port_file = data_ / "port";
+    fs::remove(port_file);
+    const std::string script = (fs::path(CKPT_SOURCE_DIR) / "tests" / "gcs_server.py").string();
+    const std::string port = std::to_string(port_);
+    const std::string data = (data_ / "objects").string();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execl("/usr/bin/python3", "python3", script.c_str(), "--data", data.c_str(), "--bucket", "bkt", "--bucket",
+              "other", "--port", port.c_str(), "--port-file", port_file.c_str(), static_cast<char*>(nullptr));
+      std::_Exit(127);
+    }
+    for (int i = 0; i < 400 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(25ms);
+    REQUIRE_MESSAGE(fs::exists(port_file), "tests/gcs_server.py did not start");
+    const auto text = test::read_bytes(port_file);
+    port_ = std::stoi(std::string(text.begin(), text.end()));
+  }
+  void kill_now() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+  ~GcsServer() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // The test controls: faults, authentication; the request counts.
+  nlohmann::json call(const std::string& path, const nlohmann::json& body = nullptr) const {
+    ckpt::io::HttpOptions o;
+    o.connections = 1;
+    o.max_retries = 2;
+    ckpt::io::HttpClient http(o, {});
+    ckpt::io::HttpRequest r;
+    r.url = endpoint() + path;
+    r.subject = "gcs_server.py";
+    const std::string text = body.is_null() ? std::string() : body.dump();
+    const ckpt::storage::ConstBytes bytes = std::as_bytes(std::span(text));
+    if (!body.is_null()) {
+      r.method = "POST";
+      r.content_type = "application/json";
+      r.body = std::span<const ckpt::storage::ConstBytes>(&bytes, 1);
+      r.body_size = text.size();
+    }
+    return nlohmann::json::parse(http.perform(r).body);
+  }
+  void faults(const nlohmann::json& list) const { call("/_control", {{"faults", list}}); }
+  nlohmann::json stats() const { return call("/_stats"); }
+  void reset_stats() const { call("/_reset_stats", nlohmann::json::object()); }
+  int requests(const std::string& kind) const {
+    const auto s = stats()["requests"];
+    return s.contains(kind) ? s[kind].get<int>() : 0;
+  }
+
+ private:
+  GcsServer() {
+    if (!fs::exists("/usr/bin/python3")) {
+      why_not_ = "/usr/bin/python3 is not installed";
+      return;
+    }
+    start();
+  }
+
+  test::TempDir data_;
+  std::string why_not_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+#define REQUIRE_GCS()                                                           \
+  auto& gcs_server = GcsServer::get();                                         \
+  if (!gcs_server.available()) {                                               \
+    MESSAGE("GCS cases skipped: " << gcs_server.why_not());                    \
+    return;                                                                    \
+  }                                                                            \
+  gcs_server.call("/_control", {{"faults", nlohmann::json::array()}, {"auth", nullptr}}); \
+  ckpt::gcs::configure(gcs_server.options())
+
+// Sets environment variables for a scope, and puts the old values back.
+class EnvScope {
+ public:
+  EnvScope(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const auto& [name, value] : vars) {
+      const char* old = std::getenv(name);
+      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+      value ? ::setenv(name, value, 1) : ::unsetenv(name);
+    }
+  }
+  ~EnvScope() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it)
+      it->second ? ::setenv(it->first, it->second->c_str(), 1) : ::unsetenv(it->first);
+  }
+
+ private:
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
+
+inline void put_file(const fs::path& p, std::span<const std::byte> bytes) {
+  fs::create_directories(p.parent_path());
+  std::ofstream out(p, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+inline std::vector<std::byte> file_bytes(const fs::path& p) {
+  const auto v = test::read_bytes(p);
+  const auto* b = reinterpret_cast<const std::byte*>(v.data());
+  return {b, b + v.size()};
+}
+
+inline std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed * 7 + (i >> 9)) & 0xff);
+  return v;
+}
+
+TEST_CASE("storage: GCS objects: the object interface, resumable uploads, parallel ranged reads, pages, crc32c") {
+  REQUIRE_GCS();
+  auto st = ckpt::storage::gcs_bucket("bkt");
+  exercise_storage(*st, "iface");
+  // 3 MiB + 5 bytes, over the 2 MiB threshold: a resumable upload in 1 MiB chunks, the
+  // crc32c with the last; read back in parallel ranges, and whole (crc32c checked).
+  const auto big = pattern((std::size_t{3} << 20) + 5, 1);
+  const ckpt::storage::ConstBytes pieces[] = {std::span(big).first(1000), std::span(big).subspan(1000)};
+  gcs_server.reset_stats();
+  st->put("iface/big", pieces);
+  CHECK(gcs_server.requests("upload resumable") == 5);  // the start, then 4 chunks
+  CHECK(st->size("iface/big") == std::optional<std::uint64_t>(big.size()));
+  std::vector<std::byte> back(big.size() - 10);
+  gcs_server.reset_stats();
+  st->get("iface/big", 10, back);
+  CHECK(std::equal(back.begin(), back.end(), big.begin() + 10));
+  CHECK(gcs_server.requests("GET media") == 3);  // ranges of at least part_size (1 MiB) in parallel
+  CHECK(st->read_all("iface/big", std::uint64_t{1} << 30) == std::optional(big));
+  // The object writer: a reused buffer of 700 KiB, six times: chunks go up as they fill.
+  {
+    std::vector<std::byte> expect, buffer(700 << 10);
+    auto w = st->create("iface/streamed");
+    for (unsigned i = 0; i < 6; ++i) {
+      buffer = pattern(buffer.size(), i);
+      w->append(buffer, false);
+      expect.insert(expect.end(), buffer.begin(), buffer.end());
+    }
+    CHECK_FALSE(st->size("iface/streamed"));
+    w->close();
+    CHECK(st->read_all("iface/streamed", std::uint64_t{1} << 30) == std::optional(expect));
+    auto dropped = st->create("iface/dropped");
+    for (unsigned i = 0; i < 6; ++i) dropped->append(buffer, false);
+  }
+  CHECK_FALSE(st->size("iface/dropped"));
+  // A commit marker never replaces one (ifGenerationMatch=0).
+  const auto one = bytes_of("one"), two = bytes_of("two");
+  CHECK(st->put_if_absent("iface/marker", std::span<const ckpt::storage::ConstBytes>(std::array{ckpt::storage::ConstBytes(one)})));
+  CHECK_FALSE(st->put_if_absent("iface/marker", std::span<const ckpt::storage::ConstBytes>(std::array{ckpt::storage::ConstBytes(two)})));
+  CHECK(st->read_all("iface/marker", 10) == std::optional(one));
+  // A download whose bytes do not match GCS's crc32c is a CorruptCheckpointError.
+  gcs_server.faults({{{"kind", "corrupt"}, {"count", 1}, {"match", "alt=media"}}});
+  CHECK_THROWS_CKPT(st->read_all("iface/big", std::uint64_t{1} << 30), ckpt::CorruptCheckpointError, "crc32c");
+  // Pages of two names: five objects, three list requests.
+  auto opts = gcs_server.options();
+  opts.list_page_size = 2;
+  ckpt::storage::GcsStorage paged("bkt", opts);
+  for (int i = 0; i < 5; ++i) paged.put("pages/k" + std::to_string(i), ckpt::storage::ConstBytes(bytes_of("v")));
+  gcs_server.reset_stats();
+  CHECK(paged.list("pages/").size() == 5);
+  CHECK(gcs_server.requests("list") == 3);
+  paged.remove(paged.list("pages/"));
+  // A requester-pays bucket: userProject on every request.
+  opts.user_project = "billing-project";
+  ckpt::storage::GcsStorage billed("bkt", opts);
+  gcs_server.reset_stats();
+  billed.put("pages/billed", ckpt::storage::ConstBytes(bytes_of("v")));
+  CHECK(billed.size("pages/billed") == std::optional<std::uint64_t>(1));
+  billed.remove({"pages/billed"});
+  const auto queries = gcs_server.stats()["queries"];
+  REQUIRE(queries.size() == 3);
+  for (const auto& q : queries) CHECK(q.get<std::string>().find("userProject=billing-project") != std::string::npos);
+  st->remove(st->list("iface/"));
+  CHECK(st->list("iface/").empty());
+  CHECK(st->list("pages/").empty());
+}
+
+TEST_CASE("storage: GCS save, restore, restore_into, metadata and restore_tree through gs:// URLs; other formats") {
+  REQUIRE_GCS();
+  const State s = make_state(3, std::size_t{1} << 20);  // 4 MiB of weights: a data object per connection
+  gcs_server.reset_stats();
+  ckpt::save("gs://bkt/save/a", s);
+  const auto saved = gcs_server.stats()["requests"];
+  MESSAGE("a native save of 4 MiB to gs://: " << saved.dump());
+  check_same(ckpt::restore<State>("gs://bkt/save/a"), s);
+  State into;
+  ckpt::restore_into("gs://bkt/save/a", into);
+  check_same(into, s);
+  CHECK(ckpt::metadata("gs://bkt/save/a").leaf("weights").shape() == ckpt::Shape{std::int64_t{1} << 20});
+  CHECK(ckpt::restore_tree("gs://bkt/save/a").leaf("step").as<std::int64_t>() == 3);
+  CHECK_THROWS_CKPT(ckpt::save("gs://bkt/save/a", s), ckpt::Error, "already exists");
+  auto st = ckpt::storage::gcs_bucket("bkt");
+  st->remove({"save/a/commit_success.txt"});
+  CHECK_THROWS_CKPT(ckpt::restore<State>("gs://bkt/save/a"), ckpt::Error, "no commit marker");
+  CHECK_THROWS_CKPT(ckpt::restore<State>("gs://bkt/save/none"), ckpt::Error, "no checkpoint here");
+  const State t = make_state(4, 1000);
+  ckpt::save("gs://bkt/save/a", t);
+  check_same(ckpt::restore<State>("gs://bkt/save/a"), t);
+  ckpt::save("gs://bkt/save/a", s, {.force = true});
+  check_same(ckpt::restore<State>("gs://bkt/save/a"), s);
+  // Orbax (OCDBT) and safetensors through gs://, nothing on local disk, the marker last.
+  const BigState b = big_state(3, std::size_t{1} << 16);
+  test::TempDir tmp;
+  for (const std::string name : {"orbax", "safetensors"}) save_without_local_disk(name, "gs://bkt/formats/" + name, b, tmp);
+  st->remove(st->list("save/"));
+  st->remove(st->list("formats/"));
+}
+
+TEST_CASE("storage: a manager on GCS keeps max_to_keep, saves asynchronously, cleans up leftovers") {
+  REQUIRE_GCS();
+  auto st = ckpt::storage::gcs_bucket("bkt");
+  {
+    ckpt::CheckpointManager<State, ckpt::async_save, ckpt::gcs> mgr("bkt/mgr", {.max_to_keep = 2});
+    for (std::int64_t step = 1; step <= 3; ++step)
+      mgr.save(step, make_state(step, 100'000), {{"loss", static_cast<double>(step)}},
+               {.items = {{"cursor", ckpt::json_item({{"pos", step}})}}});
+    mgr.wait_until_finished();
+    CHECK(mgr.all_steps() == Steps{2, 3});
+    CHECK(st->list("mgr/1/").empty());
+    check_same(mgr.restore(), make_state(3, 100'000));
+    CHECK(mgr.item_json(2, "cursor")["pos"] == 2);
+  }
+  st->put("mgr/7/data-0", ckpt::storage::ConstBytes(bytes_of("torn")));
+  ckpt::CheckpointManager<State, ckpt::gcs> again("gs://bkt/mgr");
+  CHECK(again.all_steps() == Steps{2, 3});
+  CHECK(again.metrics(3).at("loss") == 3.0);
+  CHECK(st->list("mgr/7/").empty());
+  st->remove(st->list("mgr/"));
+}
+
+TEST_CASE("storage: GCS failures: 503 and 429 bursts, a dropped connection and a slow answer are retried; a 403 is not") {
+  REQUIRE_GCS();
+  const State s = make_state(5, 200'000);
+  // A burst of 503s on the uploads and of 429s on the reads, a download cut off halfway
+  // and an answer later than the stall timeout: each retried, the checkpoint whole.
+  auto opts = gcs_server.options();
+  opts.stall_timeout = 1000ms;
+  ckpt::gcs::configure(opts);
+  gcs_server.faults({{{"kind", "status"}, {"status", 503}, {"count", 3}, {"match", "/upload/"}},
+                     {{"kind", "status"}, {"status", 429}, {"count", 2}, {"match", "GET "}},
+                     {{"kind", "drop"}, {"count", 1}, {"match", "alt=media"}},
+                     {{"kind", "delay"}, {"seconds", 2.5}, {"count", 1}, {"match", "fields=size"}}});
+  gcs_server.reset_stats();
+  ckpt::save("gs://bkt/faults/a", s);
+  check_same(ckpt::restore<State>("gs://bkt/faults/a"), s);
+  check_same(ckpt::restore<State>("gs://bkt/faults/a"), s);
+  CHECK(gcs_server.stats()["faults_left"] == 0);  // every injected failure happened, and was retried
+  MESSAGE("requests with the faults: " << gcs_server.stats()["requests"].dump());
+  // A permanent failure: a clear Error naming the checkpoint's object, at once.
+  gcs_server.faults({{{"kind", "status"}, {"status", 403}, {"count", 1}, {"match", "GET "}}});
+  CHECK_THROWS_CKPT(ckpt::restore<State>("gs://bkt/faults/a"), ckpt::Error, "gs://bkt/faults/a");
+  gcs_server.faults({{{"kind", "status"}, {"status", 403}, {"count", 1}, {"match", "GET "}}});
+  CHECK_THROWS_CKPT(ckpt::restore<State>("gs://bkt/faults/a"), ckpt::Error, "HTTP 403 forbidden");
+  // A server that keeps failing: max_retries, then an Error saying how often it tried.
+  gcs_server.faults({{{"kind", "status"}, {"status", 503}, {"count", 1000}, {"match", "GET "}}});
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_CKPT(ckpt::restore<State>("gs://bkt/faults/a"), ckpt::Error, "after 5 attempts");
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  gcs_server.faults(nlohmann::json::array());
+  CHECK_THROWS_CKPT(ckpt::restore<State>("gs://nobucket/a"), ckpt::Error, "bucket does not exist");
+  ckpt::gcs::configure(gcs_server.options());
+  auto st = ckpt::storage::gcs_bucket("bkt");
+  st->remove(st->list("faults/"));
+}
+
+TEST_CASE("storage: a GCS server killed mid-save leaves no checkpoint and the previous step intact") {
+  REQUIRE_GCS();
+  auto opts = gcs_server.options();
+  opts.connections = 2;
+  opts.max_retries = 1;
+  opts.max_send_speed = std::uint64_t{1} << 20;  // 6 MiB at 2 x 1 MiB/s: about 3 s
+  ckpt::gcs::configure(opts);
+  const State first = make_state(1, 1000);
+  {
+    ckpt::CheckpointManager<State, ckpt::async_save, ckpt::gcs> mgr("bkt/killed");
+    mgr.save(1, first);
+    mgr.wait_until_finished();
+    mgr.save(2, make_state(2, std::size_t{3} << 19));
+    std::this_thread::sleep_for(700ms);
+    gcs_server.kill_now();
+    CHECK_THROWS_AS(mgr.wait_until_finished(), ckpt::Error);
+  }
+  gcs_server.start();  // same port, same data directory
+  ckpt::gcs::configure(gcs_server.options());
+  ckpt::CheckpointManager<State, ckpt::gcs> after("bkt/killed");
+  CHECK(after.all_steps() == Steps{1});
+  check_same(after.restore(), first);
+  CHECK(ckpt::storage::gcs_bucket("bkt")->list("killed/2/").empty());
+  CHECK_THROWS_CKPT(ckpt::restore<State>("gs://bkt/killed/2"), ckpt::Error, "no checkpoint here");
+  auto st = ckpt::storage::gcs_bucket("bkt");
+  st->remove(st->list("killed/"));
+}
+
+// Google's own client against the test server: what gcloud uploads ckpt reads, and what
+// ckpt writes gcloud lists and downloads byte for byte. Three gcloud runs (each starts
+// slowly).
+TEST_CASE("storage: gcloud storage uploads what ckpt restores, and lists and downloads what ckpt saved") {
+  REQUIRE_GCS();
+  if (shell("gcloud --version").rc != 0) {
+    MESSAGE("gcloud interop skipped: gcloud is not installed");
+    return;
+  }
+  test::TempDir tmp;
+  const std::string env = "env CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE=" + gcs_server.endpoint() +
+                          "/ CLOUDSDK_AUTH_DISABLE_CREDENTIALS=True CLOUDSDK_CORE_DISABLE_PROMPTS=1 CLOUDSDK_CONFIG=" +
+                          (tmp / "gcloud").string() + " gcloud storage ";
+  // Up: a checkpoint saved on local disk, with the commit marker an object store's
+  // checkpoint carries, and a 3 MB file (a resumable upload: gcloud's threshold is lower).
+  const State s = make_state(6, 300'000);
+  ckpt::save(tmp / "up" / "ckpt", s);
+  put_file(tmp / "up" / "ckpt" / "commit_success.txt", bytes_of("committed by gcloud\n"));
+  const auto blob = pattern(3'000'000, 9);
+  put_file(tmp / "up" / "blob.bin", blob);
+  auto r = shell("cd " + (tmp / "up").string() + " && " + env + "cp -r ckpt blob.bin gs://bkt/gcloud/up/");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  check_same(ckpt::restore<State>("gs://bkt/gcloud/up/ckpt"), s);
+  auto st = ckpt::storage::gcs_bucket("bkt");
+  CHECK(st->read_all("gcloud/up/blob.bin", std::uint64_t{1} << 30) == std::optional(blob));
+  // Down: ckpt's checkpoint, listed and copied by gcloud.
+  const State t = make_state(7, 1'000'000);  // a data object over the resumable threshold
+  {
+    auto opts = gcs_server.options();
+    opts.connections = 1;  // one data object of 4 MB: a resumable upload
+    ckpt::gcs::configure(opts);
+    ckpt::save("gs://bkt/gcloud/down/ckpt", t);
+    ckpt::gcs::configure(gcs_server.options());
+  }
+  r = shell(env + "ls -r gs://bkt/gcloud/down/ckpt");
+  REQUIRE(r.rc == 0);
+  std::vector<std::string> listed;
+  for (std::size_t at = 0; at < r.out.size();) {
+    const auto nl = std::min(r.out.find('\n', at), r.out.size());
+    const std::string line = r.out.substr(at, nl - at);
+    if (line.starts_with("gs://") && !line.ends_with(":") && !line.ends_with("/")) listed.push_back(line.substr(9));
+    at = nl + 1;
+  }
+  std::sort(listed.begin(), listed.end());
+  const auto keys = st->list("gcloud/down/ckpt/");
+  CHECK(listed == keys);
+  fs::create_directories(tmp / "down");
+  r = shell("cd " + tmp.path().string() + " && " + env + "cp -r gs://bkt/gcloud/down/ckpt down");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  for (const auto& k : keys) {
+    CAPTURE(k);
+    const auto mine = st->read_all(k, std::uint64_t{1} << 30);
+    REQUIRE(mine);
+    CHECK(file_bytes(tmp / "down" / "ckpt" / k.substr(std::string("gcloud/down/ckpt/").size())) == *mine);
+  }
+  check_same(ckpt::restore<State>(tmp / "down" / "ckpt"), t);
+  st->remove(st->list("gcloud/"));
+}
+
+// Google's credential chain against the test server's token endpoint (which checks the
+// JWT's RS256 signature with the public key and its claims) and metadata server: the
+// storage requests then need the bearer token it issued.
+TEST_CASE("storage: GCS credentials: a service-account key, an authorized user, the metadata server, refresh") {
+  REQUIRE_GCS();
+  test::TempDir tmp;
+  const std::string key = (tmp / "key.pem").string(), pub = (tmp / "pub.pem").string(),
+                    other = (tmp / "other.pem").string();
+  REQUIRE(shell("(openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out " + key + " && openssl pkey -in " +
+                key + " -pubout -out " + pub + " && openssl genpkey -algorithm RSA -out " + other + ")")
+              .rc == 0);
+  auto text = [](const std::string& p) {
+    const auto v = test::read_bytes(p);
+    return std::string(v.begin(), v.end());
+  };
+  const std::string email = "ckpt-test@test-project.iam.gserviceaccount.com";
+  auto service_account = [&](const std::string& pem_file, const fs::path& out) {
+    const nlohmann::json j = {{"type", "service_account"},     {"project_id", "test-project"},
+                              {"private_key_id", "k1"},        {"private_key", text(pem_file)},
+                              {"client_email", email},         {"token_uri", gcs_server.endpoint() + "/token"}};
+    const std::string d = j.dump();
+    put_file(out, bytes_of(d));
+  };
+  service_account(key, tmp / "sa.json");
+  service_account(other, tmp / "wrong.json");
+  fs::create_directories(tmp / "gcloud");
+  fs::create_directories(tmp / "empty");
+  auto auth = [&](int lifetime) {
+    gcs_server.call("/_control", {{"auth",
+                                   {{"public_key", text(pub)},
+                                    {"client_email", email},
+                                    {"refresh_token", "1//refresh-secret"},
+                                    {"client_id", "cid.apps.googleusercontent.com"},
+                                    {"client_secret", "client-secret-value"},
+                                    {"token_lifetime", lifetime}}}});
+  };
+  auth(3600);
+  auto opts = gcs_server.options();
+  opts.anonymous = false;
+  const State s = make_state(8, 50'000);
+  const std::string home = (tmp / "empty").string(), sa = (tmp / "sa.json").string();
+  {  // 1. GOOGLE_APPLICATION_CREDENTIALS: a service account; one token for the whole save and restore
+    EnvScope env{{"STORAGE_EMULATOR_HOST", nullptr}, {"GOOGLE_APPLICATION_CREDENTIALS", sa.c_str()},
+                 {"HOME", home.c_str()}, {"CLOUDSDK_CONFIG", nullptr}};
+    ckpt::gcs::configure(opts);
+    gcs_server.reset_stats();
+    ckpt::save("gs://bkt/creds/sa", s);
+    check_same(ckpt::restore<State>("gs://bkt/creds/sa"), s);
+    CHECK(gcs_server.stats()["tokens"] == 1);
+    CHECK(gcs_server.stats()["auth_failures"] == 0);
+    CHECK(ckpt::storage::gcs_bucket("bkt")->credentials().find(email) != std::string::npos);
+  }
+  {  // anonymous where a token is needed: a clear Error naming the checkpoint and the credentials
+    EnvScope env{{"STORAGE_EMULATOR_HOST", nullptr}, {"GOOGLE_APPLICATION_CREDENTIALS", nullptr},
+                 {"HOME", home.c_str()}, {"CLOUDSDK_CONFIG", home.c_str()}, {"GCE_METADATA_ROOT", "127.0.0.1:1"}};
+    ckpt::gcs::configure(opts);
+    CHECK_THROWS_CKPT(ckpt::restore<State>("gs://bkt/creds/sa"), ckpt::Error, "HTTP 401");
+    CHECK(ckpt::storage::gcs_bucket("bkt")->credentials() == "anonymous");
+  }
+  {  // a key the token endpoint does not know: an Error naming the checkpoint, no secret in it
+    const std::string wrong = (tmp / "wrong.json").string();
+    EnvScope env{{"STORAGE_EMULATOR_HOST", nullptr}, {"GOOGLE_APPLICATION_CREDENTIALS", wrong.c_str()},
+                 {"HOME", home.c_str()}};
+    ckpt::gcs::configure(opts);
+    try {
+      (void)ckpt::restore<State>("gs://bkt/creds/sa");
+      FAIL("restored with a wrong key");
+    } catch (const ckpt::Error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find("gs://bkt/creds/sa") != std::string::npos);
+      CHECK(what.find("Invalid JWT Signature") != std::string::npos);
+      CHECK(what.find("PRIVATE KEY") == std::string::npos);
+      CHECK(what.find("MII") == std::string::npos);
+    }
+    const std::string missing = (tmp / "missing.json").string();
+    EnvScope env2{{"GOOGLE_APPLICATION_CREDENTIALS", missing.c_str()}};
+    ckpt::gcs::configure(opts);
+    CHECK_THROWS_CKPT(ckpt::restore<State>("gs://bkt/creds/sa"), ckpt::Error, "cannot read GOOGLE_APPLICATION_CREDENTIALS");
+  }
+  {  // 2. gcloud's application_default_credentials.json: an authorized user's refresh token
+    const nlohmann::json adc = {{"type", "authorized_user"},
+                                {"client_id", "cid.apps.googleusercontent.com"},
+                                {"client_secret", "client-secret-value"},
+                                {"refresh_token", "1//refresh-secret"},
+                                {"token_uri", gcs_server.endpoint() + "/token"}};
+    put_file(tmp / "gcloud" / "application_default_credentials.json", bytes_of(adc.dump()));
+    const std::string cfg = (tmp / "gcloud").string();
+    EnvScope env{{"STORAGE_EMULATOR_HOST", nullptr}, {"GOOGLE_APPLICATION_CREDENTIALS", nullptr},
+                 {"HOME", home.c_str()}, {"CLOUDSDK_CONFIG", cfg.c_str()}};
+    ckpt::gcs::configure(opts);
+    check_same(ckpt::restore<State>("gs://bkt/creds/sa"), s);
+    CHECK(ckpt::storage::gcs_bucket("bkt")->credentials().find("authorized user") != std::string::npos);
+  }
+  {  // 3. the metadata server; a token that lives 2 s is fetched again after 1 s
+    auth(2);
+    const std::string root = "127.0.0.1:" + std::to_string(gcs_server.port());
+    EnvScope env{{"STORAGE_EMULATOR_HOST", nullptr}, {"GOOGLE_APPLICATION_CREDENTIALS", nullptr},
+                 {"HOME", home.c_str()}, {"CLOUDSDK_CONFIG", home.c_str()}, {"GCE_METADATA_ROOT", root.c_str()}};
+    ckpt::gcs::configure(opts);
+    auto st = ckpt::storage::gcs_bucket("bkt");
+    check_same(ckpt::restore<State>("gs://bkt/creds/sa"), s);
+    CHECK(st->credentials().find("metadata server") != std::string::npos);
+    CHECK(st->tokens_fetched() == 1);
+    std::this_thread::sleep_for(1200ms);
+    check_same(ckpt::restore<State>("gs://bkt/creds/sa"), s);
+    CHECK(st->tokens_fetched() == 2);
+  }
+  {  // STORAGE_EMULATOR_HOST: the endpoint, and no credentials, whatever else is set
+    gcs_server.call("/_control", {{"auth", nullptr}});
+    const std::string host = "127.0.0.1:" + std::to_string(gcs_server.port());
+    EnvScope env{{"STORAGE_EMULATOR_HOST", host.c_str()}, {"GOOGLE_APPLICATION_CREDENTIALS", sa.c_str()}};
+    ckpt::GcsOptions plain;
+    plain.connections = 2;
+    ckpt::gcs::configure(plain);
+    CHECK(ckpt::gcs::options().endpoint == "http://" + host);
+    check_same(ckpt::restore<State>("gs://bkt/creds/sa"), s);
+    CHECK(ckpt::storage::gcs_bucket("bkt")->credentials() == "anonymous");
+    ckpt::storage::gcs_bucket("bkt")->remove_prefix("creds");
+  }
+  ckpt::gcs::configure(gcs_server.options());
+}
+
+TEST_CASE("storage: the ckpt tool reads gs:// checkpoints, the endpoint from STORAGE_EMULATOR_HOST") {
+  REQUIRE_GCS();
+  INFO("CKPT_CLI = " << CKPT_CLI << " (build it: the ckpt_cli target)");
+  REQUIRE(fs::exists(CKPT_CLI));
+  const State s = make_state(5, 2000);
+  {
+    ckpt::CheckpointManager<State, ckpt::gcs> mgr("bkt/cli");
+    mgr.save(5, s, {{"loss", 0.5}});
+  }
+  const std::string env = "env STORAGE_EMULATOR_HOST=127.0.0.1:" + std::to_string(gcs_server.port()) + " " + CKPT_CLI;
+  auto r = shell(env + " ls --json gs://bkt/cli");
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("\"step\":5") != std::string::npos);
+  r = shell(env + " tree gs://bkt/cli/5");
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("weights") != std::string::npos);
+  CHECK(shell(env + " verify gs://bkt/cli/5").rc == 0);
+  CHECK(shell(env + " convert gs://bkt/cli/5 gs://bkt/cli/copy --to native").rc == 0);
+  check_same(ckpt::restore<State>("gs://bkt/cli/copy"), s);
+  auto st = ckpt::storage::gcs_bucket("bkt");
+  st->remove(st->list("cli/"));
+}
+
+#endif  // CKPT_HAVE_GCS
 
 }  // namespace storage_test

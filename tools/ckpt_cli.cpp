@@ -11,9 +11,10 @@
 //   ckpt report PATH -o FILE [--tensorboard DIR]   one HTML page: bytes, statistics, metrics, norms, changes (report.hpp)
 //   ckpt convert SRC DST --to native|flax|t5x|orbax|zarr
 //   ckpt gc DIR [--dry-run]      deletes what killed saves left in DIR (stale .tmp-* directories)
-// Every PATH, ROOT, SRC and DST may be an s3://bucket/prefix URL (native checkpoints;
-// endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...) when the tool
-// is built with libcurl (the CMake target ckpt::s3).
+// Every PATH, ROOT, SRC and DST may be an s3://bucket/prefix URL (endpoint and
+// credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...) when the tool is built with
+// libcurl (the CMake target ckpt::s3), or a gs://bucket/prefix URL (Google's credential
+// chain; STORAGE_EMULATOR_HOST) when built with ckpt::gcs.
 // verify, stats, diff and convert draw a progress bar on stderr when it is a terminal
 // (--quiet: never). ls --json carries each step's save figures when the manager stored them.
 // Bad input: a message on stderr and exit code 2. Names and strings from a checkpoint
@@ -24,6 +25,9 @@
 #include <ckpt/all.hpp>  // every format, the manager, convert, leaf statistics
 #if defined(CKPT_HAVE_S3)
 #include <ckpt/storage/s3.hpp>
+#endif
+#if defined(CKPT_HAVE_GCS)
+#include <ckpt/storage/gcs.hpp>
 #endif
 
 #include <unistd.h>
@@ -544,7 +548,7 @@ ckpt::detail::manager::StepInfo add_step_info(Row& r, const ckpt::storage::Locat
   return info;
 }
 
-// The committed checkpoints (those with a commit marker) one level under an s3:// root.
+// The committed checkpoints (those with a commit marker) one level under an s3:// or gs:// root.
 std::vector<Row> object_rows(const fs::path& root) {
   const auto loc = ckpt::storage::open_location(root);
   std::vector<Row> rows;
@@ -553,7 +557,7 @@ std::vector<Row> object_rows(const fs::path& root) {
     if (name.empty() || name[0] == '.' || !loc.storage->size(step.key(ckpt::storage::commit_marker))) continue;
     Row r{name, ckpt::StepNaming::trailing_step(name).value_or(-1), "native", "", 0, json::object(), nullptr, true};
     if (!loc.storage->size(step.key(ckpt::detail::native::commit_file))) r.format = "other";  // telling which would download it
-    for (const auto& k : loc.storage->list(step.prefix + "/")) r.size += loc.storage->size(k).value_or(0);
+    for (const auto& o : loc.storage->list_sizes(step.prefix + "/")) r.size += o.size;  // one listing, not a request per object
     const auto info = add_step_info(r, step);
     if (info.time != std::chrono::system_clock::time_point{})  // from _CHECKPOINT_METADATA: an object has no time
       r.time = format_time(std::chrono::system_clock::to_time_t(info.time));

@@ -1,6 +1,6 @@
 // ckpt/all.hpp — every part of ckpt: the core, migrations, the manager, the interop
-// formats and the memory storage (not S3, which needs libcurl: <ckpt/storage/s3.hpp>,
-// CMake target ckpt::s3). Convenient, and the slowest to compile; include the parts you use instead
+// formats and the memory storage (not S3 or GCS, which need libcurl: <ckpt/storage/s3.hpp>,
+// <ckpt/storage/gcs.hpp>, CMake targets ckpt::s3, ckpt::gcs). Convenient, and the slowest to compile; include the parts you use instead
 // (see ckpt.hpp). single_include/ckpt/all.hpp is this header in the single-header edition.
 #pragma once
 

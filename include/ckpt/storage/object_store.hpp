@@ -1,6 +1,7 @@
-// ckpt/storage/object_store.hpp — what a checkpoint is on an object store (S3, memory):
-// the commit marker, written last, written once against storage::Storage for every
-// format.
+// ckpt/storage/object_store.hpp — what a checkpoint is on an object store (S3, GCS,
+// memory): the commit marker, written last, written once against storage::Storage for
+// every format; and the streamed upload of a large object in parts, which S3 and GCS
+// share.
 //
 // A checkpoint at <prefix> is the format's objects plus whatever the caller adds (a
 // manager's _CHECKPOINT_METADATA and items/), and, written last,
@@ -18,6 +19,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -44,10 +47,13 @@ inline void begin_publish(const Location& loc, bool force) {
   loc.storage->remove_prefix(loc.prefix);
 }
 
-// Commits: the marker, after every other object of the checkpoint is stored.
+// Commits: the marker, after every other object of the checkpoint is stored, and only
+// where there is none (another save to the same place committed first: an Error).
 inline void commit(const Location& loc) {
   const std::string text = "Checkpoint commit was successful to " + loc.url + "\n";
-  loc.storage->put(loc.key(commit_marker), std::as_bytes(std::span(text)));
+  const ConstBytes bytes = std::as_bytes(std::span(text));
+  if (!loc.storage->put_if_absent(loc.key(commit_marker), std::span<const ConstBytes>(&bytes, 1)))
+    throw Error(loc.url, "", "another save committed a checkpoint here while this one was written");
 }
 
 // Refuses a place without a committed checkpoint. A prefix inside a committed one (a
@@ -79,6 +85,9 @@ class MarkerHeldBack final : public Storage {
   using Storage::put;
   void put(const std::string& key, std::span<const ConstBytes> pieces) override {
     if (key != marker_) base_->put(key, pieces);
+  }
+  bool put_if_absent(const std::string& key, std::span<const ConstBytes> pieces) override {
+    return key == marker_ || base_->put_if_absent(key, pieces);
   }
   std::unique_ptr<ObjectWriter> create(const std::string& key) override {
     if (key == marker_) return std::make_unique<Dropped>();
@@ -116,6 +125,121 @@ class MarkerHeldBack final : public Storage {
 inline Location writing_location(const Location& loc) {
   return Location{std::make_shared<detail::MarkerHeldBack>(loc.storage, loc.key(commit_marker)), loc.prefix, loc.url};
 }
+
+namespace detail {
+
+// An object written as the appends come, for a store that uploads a large object in
+// parts (S3's multipart upload, GCS's resumable one): one request at close() while it
+// stays within `threshold`, else an upload whose parts (part_size each; the last one
+// shorter) go up once enough bytes have come. Stable pieces are kept as spans until
+// then; copied ones (a buffer about to be reused) are sent once connections x
+// part_size of them are held, so a writer of a large object holds about that much
+// memory.
+//
+// Store provides the Session type of an upload under way and
+//   put_small(key, pieces, total)                 the object in one request
+//   Session start_upload(key)
+//   upload_parts(key, Session&, pieces, n, last)  the first n bytes of the pieces as
+//                                                 the next parts (last: the object's end)
+//   finish_upload(key, Session&)                  publishes the object
+//   abort_upload(key, const Session&) noexcept    best effort: drops what went up
+template <class Store>
+class PartedUpload final : public ObjectWriter {
+ public:
+  struct Limits {
+    std::uint64_t threshold = 0, part_size = 1;
+    unsigned connections = 1;
+  };
+  PartedUpload(const Store& store, std::string key, Limits limits) : store_(store), key_(std::move(key)), lim_(limits) {}
+  PartedUpload(const PartedUpload&) = delete;
+  PartedUpload& operator=(const PartedUpload&) = delete;
+  ~PartedUpload() override {
+    if (!closed_ && session_) store_.abort_upload(key_, *session_);
+  }
+
+  void append(std::span<const ConstBytes> pieces, bool stable) override {
+    for (const auto& p : pieces) {
+      if (p.empty()) continue;
+      if (stable) {
+        pending_.push_back(p);
+      } else {
+        copies_.emplace_back(p.begin(), p.end());
+        pending_.push_back(ConstBytes(copies_.back()));
+        copied_ += p.size();
+      }
+      bytes_ += p.size();
+    }
+    if (bytes_ > lim_.threshold || copied_ >= lim_.part_size * lim_.connections) send(false);
+  }
+
+  void close() override {
+    if (!session_) {
+      store_.put_small(key_, pending_, bytes_);
+    } else {
+      send(true);
+      store_.finish_upload(key_, *session_);
+    }
+    closed_ = true;
+    pending_.clear();
+    copies_.clear();
+  }
+
+ private:
+  // Sends the whole parts held (and, when last, the rest); keeps a copy of the rest.
+  void send(bool last) {
+    const std::uint64_t n = last ? bytes_ : bytes_ / lim_.part_size * lim_.part_size;
+    if (n == 0) return;
+    if (!session_) session_ = store_.start_upload(key_);
+    store_.upload_parts(key_, *session_, pending_, n, last);
+    std::vector<std::byte> rest;
+    rest.reserve(static_cast<std::size_t>(bytes_ - n));
+    std::uint64_t at = 0;
+    for (const auto& p : pending_) {
+      const std::uint64_t end = at + p.size();
+      if (end > n) {
+        const auto from = static_cast<std::size_t>(std::max(at, n) - at);
+        rest.insert(rest.end(), p.begin() + static_cast<std::ptrdiff_t>(from), p.end());
+      }
+      at = end;
+    }
+    pending_.clear();
+    copies_.clear();
+    bytes_ = copied_ = rest.size();
+    if (!rest.empty()) {
+      copies_.push_back(std::move(rest));
+      pending_.push_back(ConstBytes(copies_.back()));
+    }
+  }
+
+  const Store& store_;
+  std::string key_;
+  Limits lim_;
+  std::vector<ConstBytes> pending_;
+  std::deque<std::vector<std::byte>> copies_;  // a deque: growing it moves no copy
+  std::uint64_t bytes_ = 0, copied_ = 0;
+  std::optional<typename Store::Session> session_;
+  bool closed_ = false;
+};
+
+// The bytes [begin, begin + len) of the concatenation of pieces, as pieces: a part of
+// an upload, sent straight from the caller's memory.
+inline std::vector<ConstBytes> slice(std::span<const ConstBytes> pieces, std::uint64_t begin, std::uint64_t len) {
+  std::vector<ConstBytes> out;
+  std::uint64_t at = 0;
+  const std::uint64_t end = begin + len;
+  for (const auto& p : pieces) {
+    const std::uint64_t pend = at + p.size();
+    if (pend > begin && at < end) {
+      const std::uint64_t b = std::max(begin, at), e = std::min(end, pend);
+      out.push_back(p.subspan(static_cast<std::size_t>(b - at), static_cast<std::size_t>(e - b)));
+    }
+    if (pend >= end) break;
+    at = pend;
+  }
+  return out;
+}
+
+}  // namespace detail
 
 // What a scheme's header passes to register_url_scheme.
 inline UrlScheme object_scheme(std::string_view scheme, Location (*open)(const std::string&)) {

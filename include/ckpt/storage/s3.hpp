@@ -30,7 +30,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -207,12 +206,6 @@ struct Request : io::HttpRequest {
   std::string query;
 };
 
-// A ranged GET of one object: the key and the range of the transport's scatter.
-struct Range {
-  const std::string* key = nullptr;
-  io::HttpScatter scatter;
-};
-
 }  // namespace detail::s3
 
 namespace storage {
@@ -238,9 +231,12 @@ class S3Storage final : public Storage {
     put_multipart(key, pieces, total);
   }
 
-  // A writer that uploads as the appends come (Upload, below), so that a format's large
-  // object on S3 is never held whole in memory, nor in a local file.
-  std::unique_ptr<ObjectWriter> create(const std::string& key) override { return std::make_unique<Upload>(*this, key); }
+  // A writer that uploads as the appends come (detail::PartedUpload), so that a
+  // format's large object on S3 is never held whole in memory, nor in a local file.
+  std::unique_ptr<ObjectWriter> create(const std::string& key) override {
+    return std::make_unique<detail::PartedUpload<S3Storage>>(
+        *this, key, detail::PartedUpload<S3Storage>::Limits{opt_.multipart_threshold, opt_.part_size, opt_.connections});
+  }
 
   void get(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const override {
     if (dst.empty()) return;
@@ -254,49 +250,10 @@ class S3Storage final : public Storage {
     });
   }
 
-  // Ranges within max_gap of each other are fetched as one (the gap's bytes dropped),
-  // and the whole is cut into about `connections` ranged GETs of at least part_size
-  // (and at most max(part_size, 256 MiB), which bounds what one retry fetches again),
-  // all in parallel. Requests cost S3-compatible servers far more than bytes do:
-  // s3rver serves 4 MiB ranges at a third of the rate of whole objects.
+  // Neighbouring ranges fetched as one, the whole cut into about `connections`
+  // ranged GETs, all in parallel (io::plan_ranged_reads).
   void get_many(std::span<const ReadSegment> segments) const override {
-    std::uint64_t total = 0;
-    std::map<std::string, std::vector<const ReadSegment*>> by_key;
-    for (const auto& seg : segments) {
-      if (seg.dst.empty()) continue;
-      by_key[seg.key].push_back(&seg);
-      total += seg.dst.size();
-    }
-    const std::uint64_t part = opt_.part_size;
-    const std::uint64_t target = std::clamp<std::uint64_t>((total + opt_.connections - 1) / opt_.connections, part,
-                                                           std::max<std::uint64_t>(part, std::uint64_t{256} << 20));
-    constexpr std::uint64_t max_gap = std::uint64_t{64} << 10;
-    std::vector<ckpt::detail::s3::Range> ranges;
-    for (auto& [key, segs] : by_key) {
-      std::sort(segs.begin(), segs.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
-      ckpt::detail::s3::Range cur;
-      auto close = [&] {
-        if (!cur.scatter.pieces.empty()) ranges.push_back(std::move(cur));
-        cur = ckpt::detail::s3::Range{};
-      };
-      for (const ReadSegment* seg : segs) {
-        std::uint64_t off = seg->offset;
-        std::span<std::byte> dst = seg->dst;
-        while (!dst.empty()) {
-          if (!cur.scatter.pieces.empty() && (off < cur.scatter.end || off > cur.scatter.end + max_gap || off >= cur.scatter.begin + target)) close();
-          if (cur.scatter.pieces.empty()) {
-            cur.key = &key;
-            cur.scatter.begin = cur.scatter.end = off;
-          }
-          const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(dst.size(), cur.scatter.begin + target - off));
-          cur.scatter.pieces.push_back({off, dst.first(take)});
-          cur.scatter.end = off + take;
-          off += take;
-          dst = dst.subspan(take);
-        }
-      }
-      close();
-    }
+    const auto ranges = io::plan_ranged_reads(segments, opt_.connections, opt_.part_size);
     parallel(ranges.size(), [&](std::size_t i) { get_scattered(ranges[i]); });
   }
 
@@ -395,7 +352,7 @@ class S3Storage final : public Storage {
                                                      " (truncated?)");
   }
 
-  void get_scattered(const ckpt::detail::s3::Range& range) const {
+  void get_scattered(const io::KeyedScatter& range) const {
     ckpt::detail::s3::Request r;
     r.key = *range.key;
     r.to_dst = true;
@@ -409,16 +366,28 @@ class S3Storage final : public Storage {
   }
 
   void put_multipart(const std::string& key, std::span<const ConstBytes> pieces, std::uint64_t total) {
-    const std::string upload_id = start_multipart(key);
+    Session session = start_upload(key);
     try {
-      std::vector<std::string> etags;
-      upload_parts(key, upload_id, pieces, total, etags);
-      complete_multipart(key, upload_id, etags);
+      upload_parts(key, session, pieces, total, true);
+      finish_upload(key, session);
     } catch (...) {
-      abort_multipart(key, upload_id);
+      abort_upload(key, session);
       throw;
     }
   }
+
+  // A multipart upload under way, for detail::PartedUpload (the object writer).
+  friend class detail::PartedUpload<S3Storage>;
+  struct Session {
+    std::string upload_id;
+    std::vector<std::string> etags;
+  };
+  Session start_upload(const std::string& key) const { return {start_multipart(key), {}}; }
+  void upload_parts(const std::string& key, Session& s, std::span<const ConstBytes> pieces, std::uint64_t n, bool) const {
+    upload_parts(key, s.upload_id, pieces, n, s.etags);
+  }
+  void finish_upload(const std::string& key, Session& s) const { complete_multipart(key, s.upload_id, s.etags); }
+  void abort_upload(const std::string& key, const Session& s) const noexcept { abort_multipart(key, s.upload_id); }
 
   std::string start_multipart(const std::string& key) const {
     ckpt::detail::s3::Request init;
@@ -435,29 +404,13 @@ class S3Storage final : public Storage {
   // parallel; their ETags are appended to etags.
   void upload_parts(const std::string& key, const std::string& upload_id, std::span<const ConstBytes> pieces,
                     std::uint64_t total, std::vector<std::string>& etags) const {
-    // The pieces of [begin, begin + len) of the concatenation.
-    std::vector<std::uint64_t> starts;
-    std::uint64_t at = 0;
-    for (const auto& p : pieces) {
-      starts.push_back(at);
-      at += p.size();
-    }
-    auto slice = [&](std::uint64_t begin, std::uint64_t len) {
-      std::vector<ConstBytes> out;
-      auto i = static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin()) - 1;
-      for (std::uint64_t end = begin + len; i < pieces.size() && starts[i] < end; ++i) {
-        const std::uint64_t b = std::max(begin, starts[i]), e = std::min(end, starts[i] + pieces[i].size());
-        if (e > b) out.push_back(pieces[i].subspan(static_cast<std::size_t>(b - starts[i]), static_cast<std::size_t>(e - b)));
-      }
-      return out;
-    };
     const std::uint64_t part = opt_.part_size;
     const std::size_t nparts = static_cast<std::size_t>((total + part - 1) / part), first = etags.size();
     etags.resize(first + nparts);
     const std::string id_q = "uploadId=" + io::url_encode(upload_id, false);
     parallel(nparts, [&](std::size_t i) {
       const std::uint64_t begin = i * part, len = std::min<std::uint64_t>(part, total - begin);
-      const auto body = slice(begin, len);
+      const auto body = detail::slice(pieces, begin, len);
       ckpt::detail::s3::Request r;
       r.method = "PUT";
       r.key = key;
@@ -496,86 +449,6 @@ class S3Storage final : public Storage {
     } catch (...) {
     }
   }
-
-  // An object written as the appends come: one PUT at close() while it stays within
-  // multipart_threshold, else a multipart upload whose parts go up (`connections` at a
-  // time) once enough bytes have come. Stable pieces are kept as spans until then;
-  // copied ones (a buffer about to be reused) are sent once connections x part_size of
-  // them are held, so a writer of a large object holds about that much memory.
-  class Upload final : public ObjectWriter {
-   public:
-    Upload(const S3Storage& s3, std::string key) : s3_(s3), key_(std::move(key)) {}
-    Upload(const Upload&) = delete;
-    Upload& operator=(const Upload&) = delete;
-    ~Upload() override {
-      if (!closed_ && !upload_id_.empty()) s3_.abort_multipart(key_, upload_id_);
-    }
-
-    void append(std::span<const ConstBytes> pieces, bool stable) override {
-      for (const auto& p : pieces) {
-        if (p.empty()) continue;
-        if (stable) {
-          pending_.push_back(p);
-        } else {
-          copies_.emplace_back(p.begin(), p.end());
-          pending_.push_back(ConstBytes(copies_.back()));
-          copied_ += p.size();
-        }
-        bytes_ += p.size();
-      }
-      const auto& o = s3_.opt_;
-      if (bytes_ > o.multipart_threshold || copied_ >= std::uint64_t{o.part_size} * o.connections) send(false);
-    }
-
-    void close() override {
-      if (upload_id_.empty()) {
-        s3_.put_small(key_, pending_, bytes_);
-      } else {
-        send(true);
-        s3_.complete_multipart(key_, upload_id_, etags_);
-      }
-      closed_ = true;
-      pending_.clear();
-      copies_.clear();
-    }
-
-   private:
-    // Sends the whole parts held (and, when last, the rest); keeps a copy of the rest.
-    void send(bool last) {
-      const std::uint64_t part = s3_.opt_.part_size;
-      const std::uint64_t n = last ? bytes_ : bytes_ / part * part;
-      if (n == 0) return;
-      if (upload_id_.empty()) upload_id_ = s3_.start_multipart(key_);
-      s3_.upload_parts(key_, upload_id_, pending_, n, etags_);
-      std::vector<std::byte> rest;
-      rest.reserve(static_cast<std::size_t>(bytes_ - n));
-      std::uint64_t at = 0;
-      for (const auto& p : pending_) {
-        const std::uint64_t end = at + p.size();
-        if (end > n) {
-          const auto from = static_cast<std::size_t>(std::max(at, n) - at);
-          rest.insert(rest.end(), p.begin() + static_cast<std::ptrdiff_t>(from), p.end());
-        }
-        at = end;
-      }
-      pending_.clear();
-      copies_.clear();
-      bytes_ = copied_ = rest.size();
-      if (!rest.empty()) {
-        copies_.push_back(std::move(rest));
-        pending_.push_back(ConstBytes(copies_.back()));
-      }
-    }
-
-    const S3Storage& s3_;
-    std::string key_;
-    std::vector<ConstBytes> pending_;
-    std::deque<std::vector<std::byte>> copies_;  // a deque: growing it moves no copy
-    std::uint64_t bytes_ = 0, copied_ = 0;
-    std::string upload_id_;
-    std::vector<std::string> etags_;
-    bool closed_ = false;
-  };
 
   void put_small(const std::string& key, std::span<const ConstBytes> pieces, std::uint64_t total) const {
     ckpt::detail::s3::Request r;

@@ -1,5 +1,5 @@
 // ckpt/storage/storage.hpp — where checkpoint bytes live: the storage concept, the
-// storage policy types, and the URL schemes (s3://, mem://) accepted wherever a
+// storage policy types, and the URL schemes (s3://, gs://, mem://) accepted wherever a
 // directory is.
 //
 // Every backend stores *objects*: byte strings named by '/'-separated keys, written
@@ -12,6 +12,8 @@
 //   memory  objects in this process's memory, a commit marker object written last.
 //   s3      objects in an S3-compatible store (libcurl, opt-in <ckpt/storage/s3.hpp>),
 //           a commit marker object written last, as Orbax's COMMIT_FILE mode does.
+//   gs      objects in Google Cloud Storage (libcurl, opt-in <ckpt/storage/gcs.hpp>),
+//           the same commit marker.
 //
 // On object stores a checkpoint at <prefix> exists when <prefix>/commit_success.txt
 // does; readers, the manager's step list and all_steps() ignore a prefix without it,
@@ -90,6 +92,17 @@ class Storage {
   // backend: S3 acknowledges after storing; memory lasts as long as the process).
   virtual void put(const std::string& key, std::span<const ConstBytes> pieces) = 0;
   void put(const std::string& key, ConstBytes bytes) { put(key, std::span<const ConstBytes>(&bytes, 1)); }
+
+  // Writes the object only when there is none under `key`: false (and nothing written)
+  // when there is. A commit marker is written so, so that of two saves racing to one
+  // place one commits and the other learns that it did not. A store with conditional
+  // writes (GCS: ifGenerationMatch=0) decides it in one request; the default asks, then
+  // puts.
+  virtual bool put_if_absent(const std::string& key, std::span<const ConstBytes> pieces) {
+    if (size(key)) return false;
+    put(key, pieces);
+    return true;
+  }
 
   // A writer of a new object `key`, filled by appends and published by close(). The
   // default gathers the pieces (copying those that are not stable) and puts them whole
@@ -291,6 +304,7 @@ inline std::vector<UrlScheme>& scheme_list() {
 }
 inline std::string header_for(std::string_view scheme) {
   if (scheme == "s3") return "<ckpt/storage/s3.hpp> (and link the CMake target ckpt::s3, which brings libcurl)";
+  if (scheme == "gs") return "<ckpt/storage/gcs.hpp> (and link the CMake target ckpt::gcs, which brings libcurl)";
   if (scheme == "mem") return "<ckpt/storage/memory.hpp>";
   return "";
 }
@@ -311,7 +325,7 @@ inline const UrlScheme* find_url_scheme(const std::filesystem::path& p) {
     if (e.scheme == scheme) return &e;
   const std::string header = detail::header_for(scheme);
   throw Error(p.string(), "",
-              header.empty() ? "ckpt knows no storage for " + std::string(scheme) + ":// URLs (s3:// and mem:// exist)"
+              header.empty() ? "ckpt knows no storage for " + std::string(scheme) + ":// URLs (s3://, gs:// and mem:// exist)"
                              : std::string(scheme) + ":// URLs need " + header + " in this program");
 }
 
