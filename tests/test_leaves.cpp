@@ -342,6 +342,117 @@ TEST_CASE("save_dtype casts floating leaves on save, optionally only under a pre
                     "save_dtype must be a real floating dtype, not int8");
 }
 
+// What a conversion of one value must give: the cast written directly for the pair, with
+// 16-bit floats converted through float (the conversion code goes through one wide type
+// per kind instead, which must not change any result).
+template <class E>
+constexpr bool is_complex_element = std::is_same_v<E, std::complex<float>> || std::is_same_v<E, std::complex<double>>;
+
+template <class To, class From>
+To cast_directly(From v) {
+  if constexpr (std::is_same_v<From, ckpt::bfloat16> || std::is_same_v<From, ckpt::float16>) {
+    return cast_directly<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, ckpt::bfloat16> || std::is_same_v<To, ckpt::float16>) {
+    return To(static_cast<float>(v));
+  } else if constexpr (is_complex_element<To>) {
+    using T = typename To::value_type;
+    if constexpr (is_complex_element<From>)
+      return To(static_cast<T>(v.real()), static_cast<T>(v.imag()));
+    else
+      return To(static_cast<T>(v), 0);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+template <class From>
+std::vector<From> conversion_samples() {
+  std::vector<From> v;
+  if constexpr (std::is_integral_v<From>) {
+    for (From x : {From(0), From(1), From(100), std::numeric_limits<From>::max(), std::numeric_limits<From>::min()})
+      v.push_back(x);
+    if constexpr (sizeof(From) == 8) {
+      // 2^60 + 2^36 + 1 is just above halfway between two floats: a direct cast rounds it
+      // up; through double it would land on the halfway point and round to even, down.
+      v.push_back(static_cast<From>((std::uint64_t{1} << 60) + (std::uint64_t{1} << 36) + 1));
+      v.push_back(static_cast<From>((std::uint64_t{1} << 53) + 1));
+    }
+  } else {
+    for (double x : {0.0, 1.0, -2.5, 1.00390625, 65504.0, 65520.0, 1e-8, 3.4e38, 1e300,
+                     1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40), std::numeric_limits<double>::infinity()}) {
+      constexpr bool holds_double = std::is_same_v<From, double> || std::is_same_v<From, std::complex<double>>;
+      if (!holds_double && std::abs(x) > 3.5e38 && !std::isinf(x)) continue;  // beyond float's range
+      if constexpr (is_complex_element<From>)
+        v.push_back(From(static_cast<typename From::value_type>(x), static_cast<typename From::value_type>(-x / 3)));
+      else if constexpr (std::is_same_v<From, ckpt::bfloat16> || std::is_same_v<From, ckpt::float16>)
+        v.push_back(From(static_cast<float>(x)));
+      else
+        v.push_back(static_cast<From>(x));
+    }
+  }
+  return v;
+}
+
+template <class T>
+bool same_bits(const T& a, const T& b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+TEST_CASE("convert_elements gives the direct cast's result for every pair of dtypes a cast allows") {
+  int pairs = 0;
+  for (const ckpt::dtype from : ckpt::all_dtypes) {
+    for (const ckpt::dtype to : ckpt::all_dtypes) {
+      if (from == to || !ckpt::cast_allowed(from, to, to)) continue;
+      ckpt::visit_element_type(from, [&](auto ftag) {
+        using From = typename decltype(ftag)::type;
+        if constexpr (!std::is_void_v<From> && !std::is_same_v<From, bool>) {
+          ckpt::visit_element_type(to, [&](auto ttag) {
+            using To = typename decltype(ttag)::type;
+            constexpr bool drops_imaginary = is_complex_element<From> && !is_complex_element<To>;
+            if constexpr (!std::is_void_v<To> && !std::is_same_v<To, bool> && !drops_imaginary) {
+              CAPTURE(ckpt::dtype_name(from));
+              CAPTURE(ckpt::dtype_name(to));
+              ++pairs;
+              const std::vector<From> in = conversion_samples<From>();
+              std::vector<To> out(in.size());
+              const auto bad = ckpt::convert_elements(from, reinterpret_cast<const std::byte*>(in.data()), to,
+                                                      reinterpret_cast<std::byte*>(out.data()), in.size());
+              std::size_t expected_bad = in.size();
+              for (std::size_t i = 0; i < in.size(); ++i) {
+                CAPTURE(i);
+                if constexpr (std::is_integral_v<From> && std::is_integral_v<To>) {
+                  if (!std::in_range<To>(in[i])) {
+                    expected_bad = i;
+                    break;
+                  }
+                }
+                CHECK(same_bits(out[i], cast_directly<To>(in[i])));
+              }
+              if (expected_bad < in.size()) CHECK(bad == expected_bad);
+              else CHECK_FALSE(bad.has_value());
+            }
+          });
+        }
+      });
+    }
+  }
+  CHECK(pairs > 100);
+  // The first value that does not fit, past a block of the conversion's buffer.
+  std::vector<std::int64_t> many(1000, 7);
+  many[700] = std::int64_t{1} << 40;
+  std::vector<std::int32_t> narrow(many.size());
+  CHECK(ckpt::convert_elements(ckpt::dtype::int64, reinterpret_cast<const std::byte*>(many.data()), ckpt::dtype::int32,
+                               reinterpret_cast<std::byte*>(narrow.data()), many.size()) == std::size_t{700});
+  CHECK(narrow[699] == 7);
+  // float32 -> bfloat16 over more than one block, against bfloat16's own rounding.
+  std::vector<float> f(5000);
+  for (std::size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(i) * 1.00390625f - 1000.0f;
+  std::vector<ckpt::bfloat16> b(f.size());
+  CHECK_FALSE(ckpt::convert_elements(ckpt::dtype::float32, reinterpret_cast<const std::byte*>(f.data()),
+                                     ckpt::dtype::bfloat16, reinterpret_cast<std::byte*>(b.data()), f.size()));
+  for (std::size_t i = 0; i < f.size(); ++i) REQUIRE(b[i].bits == ckpt::bfloat16(f[i]).bits);
+}
+
 TEST_CASE("a narrowing cast nobody asked for is a DtypeMismatchError naming the path") {
   test::TempDir tmp;
   struct Wide {

@@ -72,23 +72,20 @@ constexpr bool cast_allowed(dtype from, dtype to, std::optional<dtype> requested
 }
 
 namespace detail {
-template <class To, class From>
-To convert_one(From v) {
-  if constexpr (std::is_same_v<From, bfloat16> || std::is_same_v<From, float16>) {
-    return convert_one<To>(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<To, bfloat16> || std::is_same_v<To, float16>) {
-    if constexpr (std::is_same_v<From, double>) return To(static_cast<float>(v));
-    else return To(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<To, std::complex<float>> || std::is_same_v<To, std::complex<double>>) {
-    if constexpr (std::is_same_v<From, std::complex<float>> || std::is_same_v<From, std::complex<double>>)
-      return To(static_cast<typename To::value_type>(v.real()), static_cast<typename To::value_type>(v.imag()));
-    else
-      return To(static_cast<typename To::value_type>(v), 0);
-  } else {
-    return static_cast<To>(v);
-  }
-}
+// The type of a kind that holds every value of the kind exactly: a conversion widens
+// the source to it, then narrows it into the target, so that the code is one loop per
+// dtype and one per (kind, dtype) rather than one per pair of dtypes. Integers do not
+// go through double: int64 -> float32 rounds once, as a direct cast does.
+template <class E>
+using wide_t = std::conditional_t<
+    std::is_integral_v<E>, std::conditional_t<std::is_signed_v<E>, std::int64_t, std::uint64_t>,
+    std::conditional_t<std::is_same_v<E, std::complex<float>> || std::is_same_v<E, std::complex<double>>,
+                       std::complex<double>, double>>;
 
+template <class E>
+constexpr bool is_complex_v = std::is_same_v<E, std::complex<float>> || std::is_same_v<E, std::complex<double>>;
+
+// Whether an integer value fits in the integer type To (always true for others).
 template <class To, class From>
 bool fits(From v) {
   if constexpr (std::is_integral_v<To> && std::is_integral_v<From>) {
@@ -104,6 +101,79 @@ bool fits(From v) {
     return true;
   }
 }
+
+// One value of a wide type as a To. 16-bit floats convert from float (double -> float16
+// rounds through float, as it always has); float and double pass through double exactly.
+template <class To, class Wide>
+To narrow_one(Wide v) {
+  if constexpr (std::is_same_v<To, bfloat16> || std::is_same_v<To, float16>) {
+    return To(static_cast<float>(v));
+  } else if constexpr (is_complex_v<To>) {
+    using T = typename To::value_type;
+    if constexpr (is_complex_v<Wide>) return To(static_cast<T>(v.real()), static_cast<T>(v.imag()));
+    else return To(static_cast<T>(v), 0);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+// Conversions go a block at a time through local arrays, so that the loops have a fixed
+// trip count and no aliasing: the compiler vectorizes them at -O2. The arrays start
+// zeroed, and the tail of the last block converts stale values, never indeterminate ones.
+inline constexpr std::size_t convert_block = 256;
+
+// Widens m <= convert_block elements of type From at src into wide.
+template <class From>
+void widen(const std::byte* src, std::size_t m, From (&in)[convert_block], wide_t<From> (&wide)[convert_block]) {
+  std::memcpy(in, src, m * sizeof(From));
+  for (std::size_t i = 0; i < convert_block; ++i) {
+    if constexpr (std::is_same_v<From, bfloat16> || std::is_same_v<From, float16>) wide[i] = static_cast<float>(in[i]);
+    else wide[i] = static_cast<wide_t<From>>(in[i]);
+  }
+}
+
+// Narrows the first m wide values into dtype `to` at dst; returns the index of the first
+// value that does not fit. Pairs classify_cast forbids are never reached; they return at once.
+template <class Wide>
+std::optional<std::size_t> narrow(const Wide (&wide)[convert_block], std::size_t m, dtype to, std::byte* dst) {
+  return visit_element_type(to, [&](auto ttag) -> std::optional<std::size_t> {
+    using To = typename decltype(ttag)::type;
+    if constexpr (std::is_void_v<To> || std::is_same_v<To, bool> || (is_complex_v<Wide> && !is_complex_v<To>) ||
+                  (!std::is_integral_v<Wide> && std::is_integral_v<To>)) {
+      return std::size_t{0};
+    } else {
+      To out[convert_block];
+      bool all_fit = true;  // checked without a branch, in the same loop
+      for (std::size_t i = 0; i < convert_block; ++i) {
+        out[i] = narrow_one<To>(wide[i]);
+        all_fit &= (i >= m) | fits<To>(wide[i]);
+      }
+      std::size_t fit = m;
+      if (!all_fit) fit = static_cast<std::size_t>(std::find_if_not(wide, wide + m, fits<To, Wide>) - wide);
+      std::memcpy(dst, out, fit * sizeof(To));
+      return fit < m ? std::optional<std::size_t>(fit) : std::nullopt;
+    }
+  });
+}
+
+// float32 -> bfloat16, the save_dtype hot path. Blocks through local arrays, so that the
+// loop has a fixed trip count and no aliasing: the compiler vectorizes it at -O2.
+inline void float32_to_bfloat16(const std::byte* src, std::byte* dst, std::size_t n) {
+  constexpr std::size_t block = 2048;
+  std::uint32_t in[block] = {};  // the tail of the last block converts stale values, never indeterminate ones
+  std::uint16_t out[block] = {};
+  for (std::size_t first = 0; first < n; first += block) {
+    const std::size_t m = std::min(block, n - first);
+    std::memcpy(in, src + 4 * first, 4 * m);
+    for (std::size_t i = 0; i < block; ++i) {
+      const std::uint32_t x = in[i];
+      const bool nan = (x & 0x7fffffffu) > 0x7f800000u;
+      const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+      out[i] = static_cast<std::uint16_t>(nan ? ((x >> 16) | 0x40u) : rounded);
+    }
+    std::memcpy(dst + 2 * first, out, 2 * m);
+  }
+}
 }  // namespace detail
 
 // Converts n elements; returns the index of the first value that does not fit (for
@@ -114,49 +184,25 @@ CKPT_API std::optional<std::size_t> convert_elements(dtype from, const std::byte
 #if CKPT_DEFINE_API
 CKPT_API std::optional<std::size_t> convert_elements(dtype from, const std::byte* src, dtype to, std::byte* dst,
                                                      std::size_t n) {
-  // Pairs classify_cast forbids are never reached through it; they return at once.
+  if (from == dtype::float32 && to == dtype::bfloat16) {
+    detail::float32_to_bfloat16(src, dst, n);
+    return std::nullopt;
+  }
   return visit_element_type(from, [&](auto ftag) -> std::optional<std::size_t> {
     using From = typename decltype(ftag)::type;
     if constexpr (std::is_void_v<From> || std::is_same_v<From, bool>) {
       return std::size_t{0};
     } else {
-      return visit_element_type(to, [&](auto ttag) -> std::optional<std::size_t> {
-        using To = typename decltype(ttag)::type;
-        constexpr bool from_complex =
-            std::is_same_v<From, std::complex<float>> || std::is_same_v<From, std::complex<double>>;
-        constexpr bool to_complex = std::is_same_v<To, std::complex<float>> || std::is_same_v<To, std::complex<double>>;
-        if constexpr (std::is_void_v<To> || std::is_same_v<To, bool> || (from_complex && !to_complex) ||
-                      (!std::is_integral_v<From> && std::is_integral_v<To>)) {
-          return std::size_t{0};
-        } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, bfloat16>) {
-          // The save_dtype hot path. Blocks through local arrays, so that the loop has a
-          // fixed trip count and no aliasing: the compiler vectorizes it at -O2.
-          constexpr std::size_t block = 2048;
-          std::uint32_t in[block] = {};  // the tail of the last block converts stale values, never indeterminate ones
-          std::uint16_t out[block] = {};
-          for (std::size_t first = 0; first < n; first += block) {
-            const std::size_t m = std::min(block, n - first);
-            std::memcpy(in, src + 4 * first, 4 * m);
-            for (std::size_t i = 0; i < block; ++i) {
-              const std::uint32_t x = in[i];
-              const bool nan = (x & 0x7fffffffu) > 0x7f800000u;
-              const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-              out[i] = static_cast<std::uint16_t>(nan ? ((x >> 16) | 0x40u) : rounded);
-            }
-            std::memcpy(dst + 2 * first, out, 2 * m);
-          }
-          return std::nullopt;
-        } else {
-          for (std::size_t i = 0; i < n; ++i) {
-            From v;
-            std::memcpy(&v, src + i * sizeof(From), sizeof(From));
-            if (!detail::fits<To>(v)) return i;
-            const To out = detail::convert_one<To>(v);
-            std::memcpy(dst + i * sizeof(To), &out, sizeof(To));
-          }
-          return std::nullopt;
-        }
-      });
+      constexpr std::size_t block = detail::convert_block;
+      From in[block] = {};
+      detail::wide_t<From> wide[block] = {};
+      const std::size_t to_size = dtype_size(to);
+      for (std::size_t first = 0; first < n; first += block) {
+        const std::size_t m = std::min(block, n - first);
+        detail::widen<From>(src + first * sizeof(From), m, in, wide);
+        if (auto bad = detail::narrow(wide, m, to, dst + first * to_size)) return first + *bad;
+      }
+      return std::nullopt;
     }
   });
 }
