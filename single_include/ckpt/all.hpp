@@ -33,8 +33,8 @@
 #ifndef CKPT_SINGLE_CKPT_ALL_HPP
 #define CKPT_SINGLE_CKPT_ALL_HPP
 // ckpt/all.hpp — every part of ckpt: the core, migrations, the manager, the interop
-// formats and the memory storage (not S3, which needs libcurl: <ckpt/storage/s3.hpp>,
-// CMake target ckpt::s3). Convenient, and the slowest to compile; include the parts you use instead
+// formats and the memory storage (not S3 or GCS, which need libcurl: <ckpt/storage/s3.hpp>,
+// <ckpt/storage/gcs.hpp>, CMake targets ckpt::s3, ckpt::gcs). Convenient, and the slowest to compile; include the parts you use instead
 // (see ckpt.hpp). single_include/ckpt/all.hpp is this header in the single-header edition.
 
 #include "migrate.hpp"
@@ -113,6 +113,42 @@ inline std::size_t decode_values(dtype d, std::span<const std::byte> bytes, doub
     }
   });
   return n;
+}
+
+namespace detail::stats {
+// Elements of `lanes` components of type U, one counted when any component has every
+// exponent bit set (`mask`): IEEE 754's NaN and infinities. A bit test, not a decode, so
+// that a writer counts at the speed it hashes.
+template <class U, std::size_t lanes>
+std::uint64_t count_exponent_all_ones(std::span<const std::byte> bytes, U mask) noexcept {
+  const std::size_t n = bytes.size() / (sizeof(U) * lanes);
+  std::uint64_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    U v[lanes];
+    std::memcpy(v, bytes.data() + i * sizeof(v), sizeof(v));
+    bool bad = false;
+    for (std::size_t k = 0; k < lanes; ++k) bad |= (v[k] & mask) == mask;
+    count += bad ? 1 : 0;
+  }
+  return count;
+}
+}  // namespace detail::stats
+
+// The NaN and infinite elements among the whole elements of `bytes` (dtype d, as
+// stored: little-endian), as ValueStats counts them apart (nan() + inf()); a complex
+// element counts once when either part is. 0 for a dtype that cannot hold them. What
+// the writers count as they write (SaveOptions::non_finite).
+inline std::uint64_t count_non_finite(dtype d, std::span<const std::byte> bytes) noexcept {
+  using detail::stats::count_exponent_all_ones;
+  switch (d) {
+    case dtype::float16: return count_exponent_all_ones<std::uint16_t, 1>(bytes, 0x7c00);
+    case dtype::bfloat16: return count_exponent_all_ones<std::uint16_t, 1>(bytes, 0x7f80);
+    case dtype::float32: return count_exponent_all_ones<std::uint32_t, 1>(bytes, 0x7f800000u);
+    case dtype::float64: return count_exponent_all_ones<std::uint64_t, 1>(bytes, 0x7ff0000000000000ull);
+    case dtype::complex64: return count_exponent_all_ones<std::uint32_t, 2>(bytes, 0x7f800000u);
+    case dtype::complex128: return count_exponent_all_ones<std::uint64_t, 2>(bytes, 0x7ff0000000000000ull);
+    default: return 0;
+  }
 }
 
 class ValueStats {
