@@ -1339,6 +1339,81 @@ TEST_CASE("storage: GCS save, restore, restore_into, metadata and restore_tree t
   st->remove(st->list("formats/"));
 }
 
+// Copies every object under a checkpoint's place to another place, as `gcloud storage
+// cp -r` or `aws s3 sync` would (a local directory through a PosixStorage on it).
+inline void copy_objects(const ckpt::storage::Location& from, const ckpt::storage::Location& to) {
+  const std::string under = from.prefix.empty() ? "" : from.prefix + "/";
+  for (const auto& key : from.storage->list(under)) {
+    const auto bytes = from.storage->read_all(key, std::uint64_t{1} << 30);
+    REQUIRE(bytes);
+    to.storage->put(to.key(key.substr(under.size())), ckpt::storage::ConstBytes(*bytes));
+  }
+}
+inline ckpt::storage::Location directory_place(const fs::path& dir) {
+  fs::create_directories(dir);
+  return {std::make_shared<ckpt::storage::PosixStorage>(dir, ckpt::storage::Publish::in_place), "", dir.string()};
+}
+
+// The kvstore of the spec t5x keeps for the array `name` in a checkpoint's msgpack file.
+inline nlohmann::json t5x_kvstore(const ckpt::storage::Location& at, const std::string& name) {
+  const auto bytes = at.storage->read_all(at.key("checkpoint"), std::uint64_t{1} << 26);
+  REQUIRE(bytes);
+  const auto handle = msgpack::unpack(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+  const auto tree = ckpt::detail::t5x::to_json(handle.get());
+  REQUIRE(tree["optimizer"].contains(name));
+  return tree["optimizer"][name]["kvstore"];
+}
+
+TEST_CASE("storage: t5x's portable specs on GCS: the dummy bucket, relative paths, read wherever the copy is") {
+  REQUIRE_GCS();
+  const State s = make_state(5, 3000);
+  const std::string url = "gs://bkt/t5x/run/checkpoint_5";
+  ckpt::save_snapshot(*ckpt::find_format("t5x"), url, ckpt::take_snapshot(s));
+  const auto at = ckpt::storage::open_location(url);
+  // As t5x writes on GCS: the gcs driver, the placeholder bucket, the path relative.
+  CHECK(t5x_kvstore(at, "weights") ==
+        nlohmann::json({{"bucket", "t5x-dummy-bucket"}, {"driver", "gcs"}, {"path", "weights/"}}));
+  CHECK(t5x_kvstore(at, "ids")["path"] == "ids/");
+  check_same(ckpt::restore<State>(url), s);
+  // Copied to another bucket and prefix, to memory and to a local disk: each restores
+  // from where it is, whatever bucket the specs name.
+  copy_objects(at, ckpt::storage::open_location("gs://other/moved/checkpoint_5"));
+  check_same(ckpt::restore<State>("gs://other/moved/checkpoint_5"), s);
+  copy_objects(at, ckpt::storage::open_location("mem://t5x-portable/checkpoint_5"));
+  check_same(ckpt::restore<State>("mem://t5x-portable/checkpoint_5"), s);
+  test::TempDir tmp;
+  copy_objects(at, directory_place(tmp / "checkpoint_5"));
+  CHECK(ckpt::detect_format(tmp / "checkpoint_5") == "t5x");
+  check_same(ckpt::restore<State>(tmp / "checkpoint_5"), s);
+  CHECK(ckpt::metadata(tmp / "checkpoint_5").leaf("weights").shape() == ckpt::Shape{3000});
+  if (S3Server::get().available()) {
+    ckpt::s3::configure(S3Server::get().options());
+    copy_objects(at, ckpt::storage::open_location("s3://bkt/t5x-portable/checkpoint_5"));
+    check_same(ckpt::restore<State>("s3://bkt/t5x-portable/checkpoint_5"), s);
+    auto s3 = ckpt::storage::s3_bucket("bkt");
+    s3->remove(s3->list("t5x-portable/"));
+  }
+  // The other way: saved on disk (the file driver), uploaded to GCS, read there; the
+  // same for t5x's own test checkpoint.
+  ckpt::save<ckpt::t5x>(tmp / "local/checkpoint_6", make_state(6, 100));
+  const auto local = directory_place(tmp / "local/checkpoint_6");
+  CHECK(t5x_kvstore(local, "weights") == nlohmann::json({{"driver", "file"}, {"path", "weights/"}}));
+  copy_objects(local, ckpt::storage::open_location("gs://bkt/t5x/run/checkpoint_6"));
+  ckpt::storage::gcs_bucket("bkt")->put("t5x/run/checkpoint_6/commit_success.txt", ckpt::storage::ConstBytes(bytes_of("ok")));
+  check_same(ckpt::restore<State>("gs://bkt/t5x/run/checkpoint_6"), make_state(6, 100));
+  const auto fixture = directory_place(fs::path(CKPT_FIXTURES_DIR) / "t5x/tiny_t5/checkpoint_1");
+  copy_objects(fixture, ckpt::storage::open_location("gs://other/tiny_t5/checkpoint_1"));
+  ckpt::storage::gcs_bucket("other")->put("tiny_t5/checkpoint_1/commit_success.txt", ckpt::storage::ConstBytes(bytes_of("ok")));
+  const auto tree = ckpt::restore_tree("gs://other/tiny_t5/checkpoint_1");
+  CHECK(tree.leaf("state.step").as<std::int32_t>() == 1);
+  CHECK(ckpt::metadata("gs://other/tiny_t5/checkpoint_1").leaf("state.param_states.kernel").shape() == ckpt::Shape{10, 5});
+  for (const auto& [bucket, prefix] : {std::pair{"bkt", "t5x/"}, {"other", "moved/"}, {"other", "tiny_t5/"}}) {
+    auto st = ckpt::storage::gcs_bucket(bucket);
+    st->remove(st->list(prefix));
+  }
+  ckpt::memory_storage_clear("t5x-portable");
+}
+
 TEST_CASE("storage: a manager on GCS keeps max_to_keep, saves asynchronously, cleans up leftovers") {
   REQUIRE_GCS();
   auto st = ckpt::storage::gcs_bucket("bkt");

@@ -5,7 +5,14 @@
 // in Flax's encoding (format/flax.hpp), where each array is replaced by a TensorStore
 // spec {"driver": "zarr", "dtype": "float32", "kvstore": {"driver": "file", "path":
 // "<name>/"}, "metadata": {"shape", "chunks", "compressor": {"id": "gzip", "level": 1}}}
-// and stored as a zarr v2 array in <name>/, the leaf's dotted path. The tree ckpt reads
+// and stored as a zarr v2 array in <name>/, the leaf's dotted path. On Google Cloud
+// Storage the spec's kvstore is {"driver": "gcs", "bucket": "t5x-dummy-bucket", "path":
+// "<name>/"}, as t5x writes it there: the path is relative and the bucket a placeholder,
+// so the checkpoint is not bound to where it was written. Reading, every spec's path
+// (file, gfile or gcs; in the kvstore or, as TensorStore before 0.1.14 wrote it, beside
+// it) is resolved against the checkpoint ckpt was given, on whatever storage, and the
+// bucket is never read: a checkpoint copied from one bucket to another, to S3, to memory
+// or to a local disk restores, as t5x's own reader does. The tree ckpt reads
 // is the "optimizer" dict (paths like `state.param_states.kernel`). Scalars, strings
 // and empty nodes stay in the msgpack file, as t5x keeps its non-array leaves there.
 //
@@ -34,6 +41,7 @@ using detail::zarr::json;
 
 inline constexpr std::uint64_t version = 3;
 inline constexpr std::string_view placeholder = "PLACEHOLDER://";
+inline constexpr std::string_view dummy_bucket = "t5x-dummy-bucket";
 
 // A relative path inside the checkpoint, from a spec or placeholder: every component
 // one plain name (no "..", no absolute paths, no empty components).
@@ -137,16 +145,18 @@ inline detail::interop::SpecialLeaf special(std::shared_ptr<const io::KvStore> k
     if (spec["driver"] != "zarr")
       throw CorruptCheckpointError(b.checkpoint(), p.str(),
                                    "TensorStore driver " + detail::describe(spec["driver"]) + " is not supported");
+    // The path is relative to the checkpoint whatever the driver says: t5x swaps file and
+    // gcs drivers as the checkpoint moves, and replaces a gcs spec's bucket by the one the
+    // checkpoint is read from.
     std::string path;
     if (spec.contains("kvstore") && spec["kvstore"].is_object()) {
       const json& kv = spec["kvstore"];
-      if (kv.contains("driver") && kv["driver"] != "file" && kv["driver"] != "gfile")
+      if (kv.contains("driver") && kv["driver"] != "file" && kv["driver"] != "gfile" && kv["driver"] != "gcs")
         throw CorruptCheckpointError(b.checkpoint(), p.str(),
                                      "kvstore driver " + detail::describe(kv["driver"]) + " is not supported");
       if (kv.contains("path") && kv["path"].is_string()) path = kv["path"].get<std::string>();
-    } else if (spec.contains("path") && spec["path"].is_string()) {
-      path = spec["path"].get<std::string>();
     }
+    if (path.empty() && spec.contains("path") && spec["path"].is_string()) path = spec["path"].get<std::string>();
     add_array(b, kv, checked_relative(path, b.checkpoint(), p), p, &spec);
     return true;
   };
@@ -174,6 +184,8 @@ struct basic_t5x {
   static void write_part(const Snapshot& s, const storage::Location& loc, const SaveOptions& opt,
                          const detail::zarr::WritePart& part) {
     const std::string ckpt = loc.url;
+    // t5x's specs on GCS: the gcs driver, its placeholder bucket, the path relative.
+    const bool on_gcs = storage::url_scheme(loc.storage->root_url()) == "gs";
     const detail::interop::SnapNode root = detail::interop::snapshot_tree(s, ckpt);
     std::set<std::string> names;
     exec::ProgressTracker progress(opt.progress, detail::zarr::part_bytes(s, part), s.leaves.size(), ckpt);  // chunk by chunk
@@ -193,7 +205,8 @@ struct basic_t5x {
       const detail::zarr::json spec = {
           {"driver", "zarr"},
           {"dtype", std::string(dtype_name(l.data.type))},
-          {"kvstore", {{"driver", "file"}, {"path", name + "/"}}},
+          {"kvstore", on_gcs ? detail::zarr::json{{"bucket", detail::t5x::dummy_bucket}, {"driver", "gcs"}, {"path", name + "/"}}
+                             : detail::zarr::json{{"driver", "file"}, {"path", name + "/"}}},
           {"metadata", {{"chunks", m.chunks}, {"compressor", detail::zarr::compressor_json(m)}, {"shape", m.shape}}}};
       w.json(spec);
       return true;
