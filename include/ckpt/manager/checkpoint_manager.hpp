@@ -385,6 +385,9 @@ class CheckpointManager {
     if (storage::is_url(root_)) {  // s3://, mem://: no directory to create, no lock to take
       if (!coordination_type::url_roots)
         throw Error(root_.string(), "", "the ranks save into a directory they all see: give a path, not a URL");
+      if (!std::is_same_v<coordination_type, one_process> && storage::url_scheme(root_.native()) == "mem")
+        throw Error(root_.string(), "", "a mem:// store lives in one process, which the other ranks cannot reach: "
+                                        "give a directory they all see, or an s3:// or gs:// URL");
       const auto unsupported = [&](const char* what) {
         throw Error(root_.string(), "", std::string("ManagerOptions: ") + what + " needs a local root directory");
       };

@@ -41,7 +41,8 @@ class ranks {
   static constexpr bool is_coordination = true;
   template <class Format>
   static constexpr bool writes = std::is_same_v<Format, native> || detail::writes_parts<Format>;
-  static constexpr bool url_roots = false;  // every rank writes into a directory they all see
+  // A directory every rank sees, or an object store every rank reaches (mpi/save.hpp).
+  static constexpr bool url_roots = true;
   // A per-rank data-iterator position is an item named for its rank ("dataset-3").
   static constexpr bool per_rank_items = true;
 
@@ -145,11 +146,6 @@ class ranks {
     return out;
   }
 
-  // A staging directory as the manager's hooks write through it.
-  static storage::Location in_directory(const std::filesystem::path& staging) {
-    return storage::directory_location(staging, storage::Publish::in_place);
-  }
-
   template <class Format>
   void save_step(const std::filesystem::path& dir, const Snapshot& snap, const SaveOptions& opts,
                  const ckpt::detail::manager::StepWrite& w) const {
@@ -162,17 +158,16 @@ class ranks {
       };
       detail::save_snapshot(
           comm_, dir, snap, opts,
-          [&](const std::filesystem::path& staging) {  // rank 0, its figures known by now
+          [&](const storage::Location& staging) {  // rank 0, its figures known by now
             took();
-            w.before_commit(in_directory(staging));
+            w.before_commit(staging);
           },
-          [&](const std::filesystem::path& staging) { w.in_staging(in_directory(staging)); },
+          w.in_staging,
           incremental ? &*incremental : nullptr);
       took();  // every rank
     } else {
       detail::save_zarr_parts<Format>(
-          comm_, dir, snap, opts, [&](const std::filesystem::path& staging) { w.before_commit(in_directory(staging)); },
-          [&](const std::filesystem::path& staging) { w.in_staging(in_directory(staging)); });
+          comm_, dir, snap, opts, w.before_commit, w.in_staging);
     }
   }
 

@@ -26,6 +26,13 @@
 // shapes instead: each rank the chunks of its boxes (mpi/zarr_plan.hpp; with OCDBT into
 // its own database, which rank 0 then merges into the root one), rank 0 the metadata
 // files, with the same staging directory, agreement and rename.
+//
+// On an object store (an s3:// or gs:// URL, which every rank opens with its own
+// connections) there is no staging directory: rank 0 clears the place (a committed
+// checkpoint there is refused without .force), every rank uploads its objects under the
+// checkpoint's prefix (data-<rank>; t5x's chunks), and once all agree rank 0 writes the
+// manifest and, last, the commit marker (storage/object_store.hpp). Incremental saves
+// and Orbax's OCDBT merge need a directory and are refused there.
 #pragma once
 
 #include <algorithm>
@@ -52,6 +59,7 @@
 #include <ckpt/mpi/comm.hpp>
 #include <ckpt/mpi/describe.hpp>
 #include <ckpt/mpi/zarr_plan.hpp>
+#include <ckpt/storage/object_store.hpp>
 
 namespace ckpt::mpi {
 
@@ -214,13 +222,15 @@ struct Written {
   std::size_t pieces_linked = 0;
 };
 
-// Writes this rank's jobs: those of data-<rank> into it, those with files of their own
-// (incremental saves) into those, or hard-linked from `base` (the previous step's
-// directory) where it holds the same piece (incremental::linkable_leaves). progress
+// Writes this rank's jobs: those of data-<rank> into it (an object under `out`: a file
+// of the staging directory, or an upload), those with files of their own (incremental
+// saves, in the staging directory) into those, or hard-linked from `base` (the previous
+// step's directory) where it holds the same piece (incremental::linkable_leaves). progress
 // (SaveOptions::progress) hears of this rank's share: its bytes and its jobs (a leaf,
 // a box, or a part of a replicated leaf). non_finite counts the NaN and infinities of
 // the pieces as they are hashed.
-inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& snap, const std::vector<Job>& jobs,
+inline Written write_jobs(const storage::Location& out_loc, const fs::path& staging, int rank, const Snapshot& snap,
+                          const std::vector<Job>& jobs,
                           const ProgressFn& progress_fn, const std::string& name, const fs::path& base = {},
                           std::atomic<std::uint64_t>* non_finite = nullptr) {
   namespace inc = ckpt::detail::incremental;
@@ -254,8 +264,11 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
       for (std::size_t k : in_rank_file)
         if (jobs[k].box >= 0) hash_tiles(k);
     });
-    ckpt::detail::native::write_data_file(staging / rank_file(rank), mine, entries, in_rank_file, &progress,
-                                          std::size_t{16} << 20, non_finite);
+    const auto file = out_loc.storage->create(out_loc.key(rank_file(rank)));
+    ckpt::detail::native::write_data_file(*file, mine, entries, in_rank_file, &progress, std::size_t{16} << 20, non_finite);
+    file->close();
+    if (!file->writes_at_once())  // an upload: its bytes count once it is stored
+      for (std::size_t k : in_rank_file) progress.add(jobs[k].length, 1);
   }
   // Pieces in files of their own: linked when unchanged, else written; fsynced together.
   const auto previous = in_rank_file.size() == jobs.size() ? std::map<std::string, inc::BaseLeaf>{}
@@ -308,7 +321,18 @@ inline Written write_jobs(const fs::path& staging, int rank, const Snapshot& sna
   return out;
 }
 
-using BeforeCommit = std::function<void(const fs::path& staging)>;
+// Where the ranks write: a staging directory (held by rank 0), or the objects under the
+// checkpoint's prefix on an object store, its commit marker held back.
+struct Target {
+  std::string name;
+  std::optional<io::StagingDir> staging;  // rank 0, in a directory
+  fs::path tmp;                           // the staging directory (every rank), empty on an object store
+  storage::Location place;                // the object store's place (every rank)
+  storage::Location writing;              // what the ranks write through
+  bool on_objects() const { return tmp.empty(); }
+};
+
+using BeforeCommit = std::function<void(const storage::Location& staging)>;
 
 // Checks this rank's boxes and learns every rank's description of its leaves
 // (collective; a bad box on any rank fails every rank).
@@ -323,20 +347,38 @@ inline std::vector<std::vector<LeafDesc>> describe_all(const Comm& comm, const s
   return all;
 }
 
-// Rank 0 makes the staging directory (held in `staging`); every rank learns its path.
-inline fs::path make_staging(const Comm& comm, const fs::path& dir, const SaveOptions& opts,
-                             std::optional<io::StagingDir>& staging) {
-  const std::string name = dir.string();
+// Rank 0 makes the staging directory, and every rank learns its path; or, on an object
+// store, every rank opens the place and rank 0 clears it (begin_publish).
+inline void make_target(const Comm& comm, const fs::path& dir, const SaveOptions& opts, Target& t) {
+  t.name = dir.string();
+  if (storage::is_url(dir)) {
+    if (storage::url_scheme(dir.native()) == "mem" && comm.size() > 1)
+      throw Error(t.name, "", "a mem:// store lives in one process, which the other ranks cannot reach: "
+                              "give a directory they all see, or an s3:// or gs:// URL");
+    comm.run(t.name, [&] {
+      t.place = storage::open_location(dir);
+      t.writing = storage::writing_location(t.place);
+      if (comm.rank() == 0) storage::begin_publish(t.place, opts.force);
+    });
+    return;
+  }
   std::string path;
-  comm.run(name, [&] {
+  comm.run(t.name, [&] {
     if (comm.rank() != 0) return;
     std::error_code ec;
     if (!opts.force && fs::exists(dir, ec))
-      throw Error(name, "", "a checkpoint already exists here (pass .force = true to overwrite)");
-    staging.emplace(dir);
-    path = staging->path().string();
+      throw Error(t.name, "", "a checkpoint already exists here (pass .force = true to overwrite)");
+    t.staging.emplace(dir);
+    path = t.staging->path().string();
   });
-  return comm.broadcast(path, 0);
+  t.tmp = comm.broadcast(path, 0);
+  t.writing = storage::directory_location(t.tmp, storage::Publish::in_place);
+}
+
+// Rank 0, once every object is written: the rename, or the commit marker.
+inline void publish(Target& t, bool force) {
+  if (t.on_objects()) storage::commit(t.place);
+  else t.staging->commit(force);
 }
 
 // An incremental save (the layout and links above): the previous step's directory (the
@@ -354,13 +396,16 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
                           const BeforeCommit& before_commit = nullptr, const BeforeCommit& in_staging = nullptr,
                           IncrementalSave* incremental = nullptr) {
   const std::string name = dir.string();
+  if (incremental && storage::is_url(dir))
+    throw Error(name, "", "incremental saves hard-link unchanged data files: they need a directory, not a URL");
   // 1. Check this rank's boxes, describe its leaves, learn everyone's.
   Plan plan = make_plan(name, describe_all(comm, name, snap), opts.inline_threshold,
                         incremental != nullptr);  // the same everywhere
 
-  // 2. Rank 0 makes the staging directory; everyone learns where.
-  std::optional<io::StagingDir> staging;
-  const fs::path tmp = make_staging(comm, dir, opts, staging);
+  // 2. Rank 0 makes the staging directory (everyone learns where), or clears the place.
+  Target target;
+  make_target(comm, dir, opts, target);
+  const fs::path& tmp = target.tmp;
 
   // 3. Every rank writes and fsyncs its files; all agree it went well. With
   // SaveOptions::non_finite, each counts the NaN and infinities of what it writes (rank
@@ -369,13 +414,13 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
   Written written;
   std::atomic<std::uint64_t> counted{0};
   comm.run(name, [&] {
-    written = write_jobs(tmp, comm.rank(), snap, plan.jobs[static_cast<std::size_t>(comm.rank())], opts.progress, name,
+    written = write_jobs(target.writing, tmp, comm.rank(), snap, plan.jobs[static_cast<std::size_t>(comm.rank())], opts.progress, name,
                          incremental ? incremental->base : fs::path(), opts.non_finite ? &counted : nullptr);
     if (opts.non_finite && comm.rank() == 0)
       for (std::size_t i = 0; i < plan.entries.size(); ++i)
         if (plan.entries[i].file.empty() && plan.entries[i].boxes.empty())
           ckpt::detail::native::count_non_finite(&counted, snap.leaves[i].data.type, snap.leaves[i].data.view);
-    if (in_staging) in_staging(tmp);
+    if (in_staging) in_staging(target.writing);
   });
   if (incremental) incremental->written = written;
   written.sums.push_back(counted.load());
@@ -430,13 +475,15 @@ inline void save_snapshot(const Comm& comm, const fs::path& dir, const Snapshot&
     info.schema = snap.schema;
     info.fingerprint = snap.fingerprint;
     info.processes = static_cast<std::uint64_t>(comm.size());
-    ckpt::storage::detail::FileWriter manifest(tmp / ckpt::detail::native::manifest_file, ckpt::storage::Publish::in_place);
-    const ckpt::detail::native::CommitRecord record = ckpt::detail::native::write_manifest(manifest, info, plan.entries);
-    manifest.close();
+    const storage::Location& w = target.writing;
+    const auto manifest = w.storage->create(w.key(ckpt::detail::native::manifest_file));
+    const ckpt::detail::native::CommitRecord record = ckpt::detail::native::write_manifest(*manifest, info, plan.entries);
+    manifest->close();
     const std::string commit = ckpt::detail::native::encode_commit(record);
-    io::write_file_synced(tmp / ckpt::detail::native::commit_file, std::as_bytes(std::span(commit)));
-    if (before_commit) before_commit(tmp);
-    staging->commit(opts.force);
+    const storage::ConstBytes commit_bytes = std::as_bytes(std::span(commit));
+    w.storage->put(w.key(ckpt::detail::native::commit_file), std::span<const storage::ConstBytes>(&commit_bytes, 1));
+    if (before_commit) before_commit(w);
+    publish(target, opts.force);
   });
 }
 
@@ -448,21 +495,27 @@ template <class Format>
 void save_zarr_parts(const Comm& comm, const fs::path& dir, const Snapshot& snap, const SaveOptions& opts,
                      const BeforeCommit& before_commit = nullptr, const BeforeCommit& in_staging = nullptr) {
   const std::string name = dir.string();
+  constexpr bool merges = requires(const fs::path& d) { Format::merge_parts(d, 1); };
+  if (merges && storage::is_url(dir))
+    throw Error(name, "", std::string(Format::name) + ": the ranks' databases are merged in a directory; save to a "
+                          "shared directory, or as native or t5x to a URL");
   const ckpt::detail::zarr::WritePart part = plan_zarr_part(name, describe_all(comm, name, snap), comm.rank(), opts.max_memory);
-  std::optional<io::StagingDir> staging;
-  const fs::path tmp = make_staging(comm, dir, opts, staging);
+  Target target;
+  make_target(comm, dir, opts, target);
+  const fs::path& tmp = target.tmp;
   comm.run(name, [&] {
-    io::naming_target(dir, tmp, [&] { Format::write_part(snap, tmp, opts, part); });
-    if (in_staging) in_staging(tmp);
+    if (target.on_objects()) Format::write_part(snap, target.writing, opts, part);
+    else io::naming_target(dir, tmp, [&] { Format::write_part(snap, tmp, opts, part); });
+    if (in_staging) in_staging(target.writing);
   });
   comm.run(name, [&] {
     if (comm.rank() != 0) return;
-    if constexpr (requires { Format::merge_parts(tmp, comm.size()); })
-      io::naming_target(dir, tmp, [&] { Format::merge_parts(tmp, comm.size()); });  // Orbax's OCDBT merge
-    if (before_commit) before_commit(tmp);
-    for (const auto& e : fs::recursive_directory_iterator(tmp))
-      if (e.is_directory()) io::sync_dir(e.path());
-    staging->commit(opts.force);
+    if constexpr (merges) io::naming_target(dir, tmp, [&] { Format::merge_parts(tmp, comm.size()); });  // Orbax's OCDBT merge
+    if (before_commit) before_commit(target.writing);
+    if (!target.on_objects())
+      for (const auto& e : fs::recursive_directory_iterator(tmp))
+        if (e.is_directory()) io::sync_dir(e.path());
+    publish(target, opts.force);
   });
 }
 

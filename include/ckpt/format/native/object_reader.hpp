@@ -71,6 +71,10 @@ class ObjectReader final : public IndexReader {
   // turns them into a few large parallel GETs), then the checksums on every core.
   bool reads_in_batches() const override { return true; }
   bool read_batch(const Index& index, std::span<const LeafRead> reads) const override {
+    // A leaf stored as boxes (written by several processes) is assembled box by box, as
+    // Index::read does it: then every read goes that way.
+    for (const auto& r : reads)
+      if (!r.entry->boxes.empty()) return false;
     std::vector<storage::ReadSegment> segments;
     for (const auto& r : reads) {
       const IndexEntry& e = *r.entry;
