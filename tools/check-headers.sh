@@ -35,7 +35,8 @@ fi
 # where that dependency is installed, skipped (and said so) where it is not.
 optional=("ckpt/storage/s3.hpp:curl/curl.h" "ckpt/io/http.hpp:curl/curl.h"
           "ckpt/storage/gcs.hpp:curl/curl.h" "ckpt/storage/gcs.hpp:openssl/evp.h"
-          "ckpt/storage/gcs_credentials.hpp:curl/curl.h" "ckpt/storage/gcs_credentials.hpp:openssl/evp.h")
+          "ckpt/storage/gcs_credentials.hpp:curl/curl.h" "ckpt/storage/gcs_credentials.hpp:openssl/evp.h"
+          "ckpt/storage/s3_credentials.hpp:curl/curl.h")
 for entry in "${optional[@]}"; do
   h=${entry%%:*} dep=${entry#*:}
   if ! echo "#include <$dep>" | "$cxx" "${flags[@]}" -x c++ -fsyntax-only - >/dev/null 2>&1; then

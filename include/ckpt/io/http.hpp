@@ -110,6 +110,9 @@ struct HttpService {
   std::function<std::string(const HttpRequest&, const HttpResponse&)> error_in_success;
   // Advice to add to the message of a final status (403: which credentials to check).
   std::function<std::string(long status)> hint;
+  // On a 401: whether the credentials were renewed (a token revoked or expired early),
+  // so that the request is worth sending once more. Asked once per request.
+  std::function<bool()> renew_credentials;
 };
 
 namespace detail::http {
@@ -370,6 +373,7 @@ class HttpClient {
     std::mt19937 rng(std::random_device{}());
     const std::string what = service_.name + " " + r.method + " " + r.url;
     const auto started = std::chrono::steady_clock::now();
+    bool renewed = false;
     for (int attempt = 0;; ++attempt) {
       HttpResponse res;
       CURLcode rc = CURLE_OK;
@@ -390,6 +394,9 @@ class HttpClient {
           if (attempt >= opt_.max_retries) throw Error(r.subject, "", what + " failed: " + last + attempts(attempt));
         } else if (std::find(ok_also.begin(), ok_also.end(), res.status) != ok_also.end()) {
           return res;
+        } else if (res.status == 401 && !renewed && service_.renew_credentials && service_.renew_credentials()) {
+          renewed = true;  // sent again at once with the new credentials
+          continue;
         } else {
           std::string msg = "HTTP " + std::to_string(res.status);
           const std::string detail = service_.describe_error ? service_.describe_error(res) : std::string();

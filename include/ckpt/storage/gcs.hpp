@@ -110,10 +110,12 @@ namespace detail::gcs {
 inline io::HttpService service(std::shared_ptr<Credentials> creds) {
   io::HttpService s;
   s.name = "GCS";
-  if (creds)
+  if (creds) {
     s.authorize = [creds](CURL*, std::vector<std::string>& headers) {
       if (auto h = creds->authorization()) headers.push_back(std::move(*h));
     };
+    s.renew_credentials = [creds] { return creds->renew(); };
+  }
   s.describe_error = [](const io::HttpResponse& r) {
     const auto j = nlohmann::json::parse(r.body, nullptr, false);
     if (j.is_object() && j.contains("error") && j["error"].is_object()) {

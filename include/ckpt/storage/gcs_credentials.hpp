@@ -14,8 +14,8 @@
 //
 // With STORAGE_EMULATOR_HOST set, requests are anonymous, as Google's clients make them
 // to an emulator. A token is fetched when first needed, kept, and fetched again before it
-// expires (five minutes before, or halfway for one that lives less than ten), by one
-// thread while the others wait for it. No key, token or secret is ever put in an error
+// expires (io/cached_credential.hpp: five minutes before, or halfway for one that lives
+// less than ten), by one thread while the others wait for it. No key, token or secret is ever put in an error
 // message: errors name the source (the file, the account's e-mail, the token URI).
 #pragma once
 
@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ckpt/error.hpp>
+#include <ckpt/io/cached_credential.hpp>
 #include <ckpt/io/http.hpp>
 
 namespace ckpt::detail::gcs {
@@ -125,8 +126,16 @@ class Credentials {
         return std::nullopt;
       }
     }
-    if (token_.empty() || std::chrono::steady_clock::now() >= refresh_at_) fetch();
-    return "Authorization: Bearer " + token_;
+    return "Authorization: Bearer " + token_.get([&] { return fetch(); });
+  }
+
+  // After a 401: the token is fetched again before the next request, unless one was
+  // fetched in the last second (by another thread that met the same 401), which the
+  // request then retries with. False when there is no token to renew (anonymous).
+  bool renew() {
+    std::lock_guard lock(mu_);
+    if (!broken_.empty() || kind_ == Kind::anonymous) return false;
+    return token_.renew();
   }
 
   // "service account a@b from FILE", "the metadata server at ...", "anonymous".
@@ -136,10 +145,7 @@ class Credentials {
   }
 
   // How many tokens this chain fetched (for tests: that one is reused until it expires).
-  int tokens_fetched() const {
-    std::lock_guard lock(mu_);
-    return fetched_;
-  }
+  int tokens_fetched() const { return token_.fetches(); }
 
  private:
   enum class Kind { anonymous, service_account, authorized_user, metadata };
@@ -252,7 +258,7 @@ class Credentials {
     }
   }
 
-  void fetch() {
+  io::CachedCredential<std::string>::Fetched fetch() {
     io::HttpRequest r;
     r.url = token_uri_;
     r.subject = "GCS credentials (" + source_ + ")";
@@ -296,12 +302,9 @@ class Credentials {
     const auto j = nlohmann::json::parse(res.body, nullptr, false);
     if (!j.is_object() || !j.contains("access_token") || !j["access_token"].is_string())
       throw CredentialsError(r.subject + ": the token endpoint " + token_uri_ + " returned no access_token");
-    token_ = j["access_token"].get<std::string>();
     long long life = 3600;
     if (j.contains("expires_in") && j["expires_in"].is_number_integer()) life = j["expires_in"].get<long long>();
-    const long long margin = std::min<long long>(300, life / 2);
-    refresh_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(life - margin);
-    ++fetched_;
+    return {j["access_token"].get<std::string>(), std::chrono::seconds(life)};
   }
 
   mutable std::mutex mu_;
@@ -309,10 +312,8 @@ class Credentials {
   Kind kind_ = Kind::anonymous;
   std::string source_, token_uri_, metadata_root_;
   std::string client_email_, private_key_, client_id_, client_secret_, refresh_token_;
-  std::string token_;
-  std::chrono::steady_clock::time_point refresh_at_{};
+  io::CachedCredential<std::string> token_;
   bool probed_ = false;
-  int fetched_ = 0;
   std::unique_ptr<io::HttpClient> http_;
 };
 

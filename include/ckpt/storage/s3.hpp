@@ -20,7 +20,8 @@
 //
 // Settings come from S3Options, then the environment for what it leaves empty:
 // AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, AWS_REGION or AWS_DEFAULT_REGION,
-// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN. ckpt::s3::configure(opts)
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; without keys, the AWS
+// SDKs' chain (storage/s3_credentials.hpp). ckpt::s3::configure(opts)
 // sets what every s3:// URL in the process uses. Buckets are addressed path-style
 // (endpoint/bucket/key), which S3-compatible servers (MinIO, s3rver, Ceph) and AWS accept.
 #pragma once
@@ -40,6 +41,7 @@
 #include <ckpt/error.hpp>
 #include <ckpt/io/http.hpp>
 #include <ckpt/storage/object_store.hpp>
+#include <ckpt/storage/s3_credentials.hpp>
 #include <ckpt/storage/storage.hpp>
 
 namespace ckpt {
@@ -50,8 +52,10 @@ struct S3Options {
   std::string endpoint{};
   // Empty: AWS_REGION, AWS_DEFAULT_REGION, else us-east-1.
   std::string region{};
-  // Empty: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN. With no key at
-  // all, requests go unsigned (public buckets).
+  // Empty: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; without those,
+  // the AWS SDKs' chain (a profile of the shared files, web identity, the container's
+  // or the instance's credentials: storage/s3_credentials.hpp). With no key at all,
+  // requests go unsigned (public buckets).
   std::string access_key_id{}, secret_access_key{}, session_token{};
   // Requests in flight at once per bucket: multipart parts, ranged GETs, DELETEs.
   unsigned connections = 8;
@@ -101,76 +105,33 @@ struct S3Options {
   }
 };
 
-// S3 internals: its XML, the per-process defaults.
+// S3 internals: what it adds to requests, the per-process defaults.
 namespace detail::s3 {
 
-inline std::string xml_unescape(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '&') {
-      out += s[i];
-      continue;
-    }
-    const auto end = s.find(';', i);
-    if (end == std::string_view::npos) {
-      out += s.substr(i);
-      break;
-    }
-    const auto ent = s.substr(i + 1, end - i - 1);
-    if (ent == "amp") out += '&';
-    else if (ent == "lt") out += '<';
-    else if (ent == "gt") out += '>';
-    else if (ent == "quot") out += '"';
-    else if (ent == "apos") out += '\'';
-    else if (!ent.empty() && ent[0] == '#') {
-      const long code = ent.size() > 1 && (ent[1] == 'x' || ent[1] == 'X')
-                            ? std::strtol(std::string(ent.substr(2)).c_str(), nullptr, 16)
-                            : std::strtol(std::string(ent.substr(1)).c_str(), nullptr, 10);
-      if (code > 0 && code < 128) out += static_cast<char>(code);
-    } else {
-      out += s.substr(i, end - i + 1);
-    }
-    i = end;
-  }
-  return out;
+// The keys of these options (S3Options or AWS_ACCESS_KEY_ID), or the SDKs' chain.
+inline std::shared_ptr<AwsCredentials> credentials_for(const S3Options& o) {
+  if (o.access_key_id.empty() && o.secret_access_key.empty()) return AwsCredentials::from_environment(o.region);
+  return AwsCredentials::fixed({o.access_key_id, o.secret_access_key, o.session_token},
+                               "keys from S3Options or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY");
 }
 
-// Every <tag>value</tag> in document order (values unescaped, unless `raw`: an element
-// whose own elements are read next).
-inline std::vector<std::string> xml_all(std::string_view xml, std::string_view tag, bool raw = false) {
-  std::vector<std::string> out;
-  const std::string open = "<" + std::string(tag) + ">", close = "</" + std::string(tag) + ">";
-  for (std::size_t at = 0;;) {
-    const auto b = xml.find(open, at);
-    if (b == std::string_view::npos) break;
-    const auto e = xml.find(close, b + open.size());
-    if (e == std::string_view::npos) break;
-    const auto inner = xml.substr(b + open.size(), e - b - open.size());
-    out.push_back(raw ? std::string(inner) : xml_unescape(inner));
-    at = e + close.size();
-  }
-  return out;
-}
-inline std::string xml_first(std::string_view xml, std::string_view tag) {
-  auto all = xml_all(xml, tag);
-  return all.empty() ? std::string() : all.front();
-}
-
-// The SigV4 signature (curl's), the session token, and no payload hash: what S3 adds
-// to every request.
-inline io::HttpService service(const S3Options& o) {
+// The SigV4 signature (curl's) with the keys of the moment, the session token, and no
+// payload hash: what S3 adds to every request.
+inline io::HttpService service(const S3Options& o, std::shared_ptr<AwsCredentials> creds) {
   io::HttpService s;
   s.name = "S3";
-  s.authorize = [o](CURL* c, std::vector<std::string>& headers) {
-    if (!o.access_key_id.empty()) {
-      const std::string region_spec = "aws:amz:" + o.region + ":s3";
+  s.authorize = [region = o.region, creds](CURL* c, std::vector<std::string>& headers) {
+    const auto keys = creds->keys();
+    if (keys) {
+      const std::string region_spec = "aws:amz:" + region + ":s3";
       curl_easy_setopt(c, CURLOPT_AWS_SIGV4, region_spec.c_str());  // curl copies the strings
-      curl_easy_setopt(c, CURLOPT_USERNAME, o.access_key_id.c_str());
-      curl_easy_setopt(c, CURLOPT_PASSWORD, o.secret_access_key.c_str());
+      curl_easy_setopt(c, CURLOPT_USERNAME, keys->access_key_id.c_str());
+      curl_easy_setopt(c, CURLOPT_PASSWORD, keys->secret_access_key.c_str());
     }
     headers.push_back("x-amz-content-sha256: UNSIGNED-PAYLOAD");
-    if (!o.session_token.empty()) headers.push_back("x-amz-security-token: " + o.session_token);
+    if (keys && !keys->session_token.empty()) headers.push_back("x-amz-security-token: " + keys->session_token);
   };
+  s.renew_credentials = [creds] { return creds->renew(); };
   s.describe_error = [](const io::HttpResponse& r) {
     const std::string code = xml_first(r.body, "Code");
     return code.empty() ? std::string() : code + ": " + xml_first(r.body, "Message");
@@ -180,8 +141,10 @@ inline io::HttpService service(const S3Options& o) {
     if (std::string_view(req.method) != "POST" || r.body.find("<Error>") == std::string::npos) return std::string();
     return xml_first(r.body, "Code") + ": " + xml_first(r.body, "Message");
   };
-  s.hint = [](long status) {
-    return status == 403 ? std::string(" (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or S3Options)") : std::string();
+  s.hint = [creds](long status) {
+    return status == 403 ? " (credentials: " + creds->describe() +
+                               "; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE or S3Options)"
+                         : std::string();
   };
   return s;
 }
@@ -215,11 +178,16 @@ class S3Storage final : public Storage {
   S3Storage(std::string bucket, const S3Options& options)
       : bucket_(std::move(bucket)),
         opt_(options.resolved()),
-        http_(ckpt::detail::s3::http_options(opt_), ckpt::detail::s3::service(opt_)) {}
+        creds_(ckpt::detail::s3::credentials_for(opt_)),
+        http_(ckpt::detail::s3::http_options(opt_), ckpt::detail::s3::service(opt_, creds_)) {}
   S3Storage(const S3Storage&) = delete;
   S3Storage& operator=(const S3Storage&) = delete;
 
   const S3Options& options() const noexcept { return opt_; }
+  // Where the keys come from ("profile ckpt of /home/u/.aws/credentials", "none"), and
+  // how many temporary ones were fetched: never a key.
+  std::string credentials() const { return creds_->describe(); }
+  int credential_fetches() const { return creds_->fetches(); }
   std::string root_url() const override { return "s3://" + bucket_; }
   unsigned parallelism() const override { return opt_.connections; }
 
@@ -336,7 +304,11 @@ class S3Storage final : public Storage {
     if (!r.query.empty()) r.url += "?" + r.query;
     r.subject = r.key.empty() ? root_url() : url(r.key);
     if (std::string_view(r.method) == "POST") r.content_type = "application/xml";
-    return http_.perform(r, ok_also);
+    try {
+      return http_.perform(r, ok_also);
+    } catch (const ckpt::detail::s3::CredentialsError& e) {
+      throw Error(r.subject, "", e.message());
+    }
   }
 
   void get_range(const std::string& key, std::uint64_t offset, std::span<std::byte> dst) const {
@@ -461,6 +433,7 @@ class S3Storage final : public Storage {
 
   std::string bucket_;
   S3Options opt_;
+  std::shared_ptr<ckpt::detail::s3::AwsCredentials> creds_;
   io::HttpClient http_;
 };
 
