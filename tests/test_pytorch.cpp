@@ -142,7 +142,7 @@ TEST_CASE("pytorch: hostile pickles are refused naming what they hold, and nothi
     fs::remove(path);
     {
       auto w = ckpt::storage::file_writer(path);
-      ckpt::detail::pytorch_zip::Writer z(*w);
+      ckpt::detail::pytorch::zip::Writer z(*w);
       z.add("archive/data.pkl", std::as_bytes(std::span(pickle.data(), pickle.size())));
       z.finish();
     }

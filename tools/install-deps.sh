@@ -30,6 +30,8 @@ apt_packages=(
   libhdf5-dev libcereal-dev
   # used by interop tests through /usr/bin/python3
   python3-zarr python3-numpy python3-msgpack python3-numcodecs python3-zstandard
+  # PyTorch, the oracle of tests/test_pytorch.cpp (torch.save files both ways)
+  python3-torch
   # the Python reader (python/) and its tests, which ctest runs with pytest (pip:
   # the test that installs it offline)
   python3-xxhash python3-pytest python3-pip

@@ -68,8 +68,8 @@ namespace ckpt {
 
 namespace detail::pytorch {
 namespace fs = std::filesystem;
-namespace pk = detail::pytorch_pickle;
-namespace pz = detail::pytorch_zip;
+namespace pk = detail::pytorch::pickle;
+namespace pz = detail::pytorch::zip;
 using json = nlohmann::json;
 
 inline constexpr const char* single_file = "pytorch_model.bin";

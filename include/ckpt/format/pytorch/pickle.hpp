@@ -35,7 +35,7 @@
 #include <ckpt/leaf/dtype.hpp>
 #include <ckpt/detail/quote.hpp>
 
-namespace ckpt::detail::pytorch_pickle {
+namespace ckpt::detail::pytorch::pickle {
 
 inline constexpr std::size_t max_pickle_bytes = 256u << 20;
 inline constexpr std::size_t max_objects = 8'000'000;
@@ -566,4 +566,4 @@ class Pickler {
   std::map<std::string, std::uint32_t> memo_;
 };
 
-}  // namespace ckpt::detail::pytorch_pickle
+}  // namespace ckpt::detail::pytorch::pickle

@@ -28,7 +28,7 @@
 #include <ckpt/error.hpp>
 #include <ckpt/storage/storage.hpp>
 
-namespace ckpt::detail::pytorch_zip {
+namespace ckpt::detail::pytorch::zip {
 
 inline constexpr std::uint32_t local_sig = 0x04034b50, central_sig = 0x02014b50, end_sig = 0x06054b50;
 inline constexpr std::uint32_t end64_sig = 0x06064b50, locator64_sig = 0x07064b50;
@@ -325,4 +325,4 @@ class Writer {
   std::deque<std::string> held_;  // headers stay valid until close (appends may keep them)
 };
 
-}  // namespace ckpt::detail::pytorch_zip
+}  // namespace ckpt::detail::pytorch::zip
