@@ -260,6 +260,82 @@ TEST_CASE("pytorch: torch.load(weights_only=True) and load_state_dict take what 
   CHECK(tied.leaf("b").as<std::vector<float>>() == w);
 }
 
+TEST_CASE("pytorch: zip64 records (what a file past 4 GiB holds) are written and read, by ckpt and by torch") {
+  test::TempDir tmp;
+  std::vector<float> w{0.5f, -1.0f, 3.25f};
+  std::vector<std::int64_t> n{1, 2, 3, 4};
+  ckpt::Snapshot s;
+  auto add = [&](const char* name, ckpt::dtype t, ckpt::Shape shape, const void* p, std::size_t bytes) {
+    ckpt::SnapshotLeaf l;
+    l.path = ckpt::Path::parse(name);
+    l.data = ckpt::LeafBytes::borrow(t, std::move(shape), p, bytes);
+    s.leaves.push_back(std::move(l));
+  };
+  add("fc.weight", ckpt::dtype::float32, {3}, w.data(), 12);
+  add("fc.count", ckpt::dtype::int64, {2, 2}, n.data(), 32);
+  {
+    auto out = ckpt::storage::file_writer(tmp / "z64.pt");
+    ckpt::detail::pytorch::write_file(*out, s, "z64.pt", nullptr, /*force_zip64=*/true);
+  }
+  const auto t = ckpt::restore_tree(tmp / "z64.pt");
+  CHECK(floats(t.leaf("fc.weight")) == w);
+  CHECK(t.leaf("fc.count").shape() == ckpt::Shape{2, 2});
+  if (!have_torch()) return;
+  const std::string out = test::python(R"PY(
+import sys, torch, zipfile
+z = zipfile.ZipFile(sys.argv[1] + "/z64.pt")
+print("zip64", all(len(i.extra) for i in z.infolist()), z.testzip())
+sd = torch.load(sys.argv[1] + "/z64.pt", weights_only=True)
+print(sd["fc.weight"].tolist(), sd["fc.count"].tolist())
+)PY", tmp.path());
+  CHECK(out.find("zip64 True None") != std::string::npos);
+  CHECK(out.find("[0.5, -1.0, 3.25] [[1, 2], [3, 4]]") != std::string::npos);
+}
+
+TEST_CASE("pytorch: the CLI: ckpt tree model.pt, convert --to safetensors, orbax and back --to pytorch, which torch loads") {
+  INFO("CKPT_CLI = " << CKPT_CLI << " (build it: `make`, or the ckpt_cli target)");
+  REQUIRE(fs::exists(CKPT_CLI));
+  test::TempDir tmp;
+  auto run = [&](const std::string& args) {
+    const std::string cmd = std::string(CKPT_CLI) + " " + args + " >" + (tmp / "out").string() + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream f(tmp / "out");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    INFO(args << ": " << text);
+    CHECK(rc == 0);
+    return text;
+  };
+  const std::string ck = (fixtures / "checkpoint.pt").string();
+  const std::string tree = run("tree " + ck);
+  CHECK(tree.find("model.bn.running_mean") != std::string::npos);
+  CHECK(tree.find("optimizer.state.0.exp_avg_sq") != std::string::npos);
+  run("convert " + (fixtures / "net_state_dict.pt").string() + " " + (tmp / "st").string() + " --to safetensors");
+  run("convert " + (tmp / "st").string() + " " + (tmp / "net.pt").string() + " --to pytorch");
+  run("convert " + ck + " " + (tmp / "orbax").string() + " --to orbax");
+  run("convert " + (tmp / "orbax").string() + " " + (tmp / "checkpoint.pt").string() + " --to pytorch");
+  CHECK(run("diff " + ck + " " + (tmp / "checkpoint.pt").string()).find("0 added, 0 removed, 0 changed") != std::string::npos);
+  const std::string refused = [&] {
+    const std::string cmd = std::string(CKPT_CLI) + " tree " + (fixtures / "hostile_system.pt").string() + " 2>&1";
+    std::string out;
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    std::size_t k;
+    while ((k = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
+    CHECK(::pclose(p) != 0);
+    return out;
+  }();
+  CHECK(refused.find("refused the global posix.system") != std::string::npos);
+  if (!have_torch()) return;
+  const std::string out = test::python(R"PY(
+import sys, torch
+d = sys.argv[1]
+sd = torch.load(d + "/net.pt", weights_only=True)
+ck = torch.load(d + "/checkpoint.pt")
+print(len(sd), sorted(ck), ck["epoch"], ck["optimizer"]["param_groups"][0]["lr"], ck["model"]["bn.num_batches_tracked"].item())
+)PY", tmp.path());
+  CHECK(out.find("12 ['epoch', 'model', 'note', 'optimizer'] 7 0.001 2") != std::string::npos);
+}
+
 TEST_CASE("pytorch: live: files torch 1.13 writes now read bit-exact (make_fixtures.py run again, fresh seeds)") {
   if (!have_torch()) {
     MESSAGE("python3-torch is not installed: the live case is not run");

@@ -750,10 +750,10 @@ inline constexpr const char* archive_dir = "archive/";
 
 // Writes the whole file through out (and closes it).
 inline void write_file(storage::ObjectWriter& out, const Snapshot& snap, const std::string& checkpoint,
-                       exec::ProgressTracker* progress = nullptr) {
+                       exec::ProgressTracker* progress = nullptr, bool force_zip64 = false) {
   PickleWriter w(checkpoint);
   const std::string pickle = w.write(interop::snapshot_tree(snap, checkpoint));
-  pz::Writer z(out);
+  pz::Writer z(out, force_zip64);
   z.add(std::string(archive_dir) + "data.pkl", std::as_bytes(std::span(pickle.data(), pickle.size())));
   static constexpr char order[] = "little";
   z.add(std::string(archive_dir) + "byteorder", std::as_bytes(std::span(order, 6)));

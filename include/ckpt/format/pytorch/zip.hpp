@@ -185,7 +185,9 @@ class Archive {
 // before its header goes out).
 class Writer {
  public:
-  explicit Writer(storage::ObjectWriter& out) : out_(out) {}
+  // force_zip64: zip64 records for every entry, as a file past 4 GiB has them (tests
+  // check that readers take them without writing 4 GiB).
+  explicit Writer(storage::ObjectWriter& out, bool force_zip64 = false) : out_(out), force_zip64_(force_zip64) {}
 
   // The local header of an entry whose `size` bytes the caller appends next (data()).
   void begin_entry(const std::string& name, std::uint64_t size, std::uint32_t crc) {
@@ -194,7 +196,7 @@ class Writer {
     e.size = size;
     e.crc = crc;
     e.header_offset = at_;
-    const bool big = size >= 0xffffffff;
+    const bool big = force_zip64_ || size >= 0xffffffff;
     std::string h;
     put(h, local_sig, 4);
     put(h, big ? 45 : 20, 2);  // version needed
@@ -244,7 +246,8 @@ class Writer {
     const std::uint64_t dir_at = at_;
     std::string d;
     for (const Entry& e : entries_) {
-      const bool big_size = e.size >= 0xffffffff, big_at = e.header_offset >= 0xffffffff;
+      const bool big_size = force_zip64_ || e.size >= 0xffffffff;
+      const bool big_at = force_zip64_ || e.header_offset >= 0xffffffff;
       std::string extra;
       if (big_size || big_at) {
         put(extra, 1, 2);
@@ -276,7 +279,7 @@ class Writer {
       d += extra;
     }
     const std::uint64_t dir_size = d.size();
-    const bool zip64 = entries_.size() >= 0xffff || dir_at >= 0xffffffff || dir_size >= 0xffffffff;
+    const bool zip64 = force_zip64_ || entries_.size() >= 0xffff || dir_at >= 0xffffffff || dir_size >= 0xffffffff;
     if (zip64) {
       const std::uint64_t end64_at = dir_at + dir_size;
       put(d, end64_sig, 4);
@@ -320,6 +323,7 @@ class Writer {
   }
 
   storage::ObjectWriter& out_;
+  bool force_zip64_ = false;
   std::uint64_t at_ = 0;
   std::vector<Entry> entries_;
   std::deque<std::string> held_;  // headers stay valid until close (appends may keep them)
