@@ -186,7 +186,9 @@ inline int make_seeds(const fs::path& out) {
       const std::string file = fuzz::read_text(fixture(std::string("pytorch/") + f));
       seed(out, "pytorch", std::string(1, '\0') + file);
       const ckpt::detail::pytorch::zip::Archive z(
-          [&](std::uint64_t at, std::span<std::byte> dst) { std::memcpy(dst.data(), file.data() + at, dst.size()); },
+          [&](std::uint64_t at, std::span<std::byte> dst) {
+            if (!dst.empty()) std::memcpy(dst.data(), file.data() + at, dst.size());
+          },
           file.size(), f, f);
       for (const auto& e : z.entries())
         if (e.name.ends_with("/data.pkl")) {

@@ -256,6 +256,12 @@ TEST_CASE("pytorch: torch.load(weights_only=True) and load_state_dict take what 
   CHECK(out.find("tied [1.0, 2.0, 3.0] [1.0, 2.0, 3.0]") != std::string::npos);
   // and ckpt reads its own file back as it read torch's
   CHECK(compare_with_torch(tmp / "checkpoint.pt", fixtures / "checkpoint.pt.json") > 30);
+  // torch.save(tensor): a tree whose root is the leaf, both ways
+  const auto bare = ckpt::restore<xt::xarray<float>>(fixtures / "bare.pt");
+  CHECK(bare == xt::xarray<float>{0.f, 1.f, 2.f});
+  ckpt::save<ckpt::pytorch>(tmp / "bare.pt", bare);
+  CHECK(test::python("import sys, torch\nprint(torch.load(sys.argv[1] + '/bare.pt', weights_only=True).tolist())\n",
+                     tmp.path()) == "[0.0, 1.0, 2.0]\n");
   const auto tied = ckpt::restore_tree(tmp / "tied.pt");
   CHECK(tied.leaf("b").as<std::vector<float>>() == w);
 }

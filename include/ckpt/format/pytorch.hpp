@@ -94,6 +94,7 @@ struct Source {
       return [m, c, n](std::uint64_t at, std::span<std::byte> dst) {
         const auto all = m->bytes();
         if (at > all.size() || dst.size() > all.size() - at) throw CorruptCheckpointError(c, "", n + ": read past the end of the file");
+        if (dst.empty()) return;  // (dst.data() may be null, which memcpy may not be given)
         std::memcpy(dst.data(), all.data() + at, dst.size());
       };
     }
@@ -539,8 +540,8 @@ class PickleWriter {
   PickleWriter(std::string checkpoint) : checkpoint_(std::move(checkpoint)) {}
 
   std::string write(const interop::SnapNode& root) {
-    if (root.leaf) throw Error(checkpoint_, "", "a PyTorch file holds a dict; the root is a single leaf");
-    if (state_dict_like(root)) state_dict(root);
+    if (root.leaf) tensor(*root.leaf);  // torch.save(tensor): the root itself
+    else if (state_dict_like(root)) state_dict(root);
     else dict(root, Ctx::general);
     return p_.finish();
   }

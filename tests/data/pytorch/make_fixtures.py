@@ -110,6 +110,9 @@ save("views.pt", {
     "expand": torch.tensor([1.0, 2.0]).expand(3, 2),  # stride 0
 })
 
+# a bare tensor, not in a dict
+torch.save(torch.arange(3.0), os.path.join(out, "bare.pt"))
+
 # the legacy format of PyTorch before 1.6
 torch.save({"w": torch.ones(2)}, os.path.join(out, "legacy.pt"), _use_new_zipfile_serialization=False)
 
