@@ -136,7 +136,7 @@ TEST_CASE("pytorch: hostile pickles are refused naming what they hold, and nothi
   // hand-made pickles in a real archive: REDUCE of an allowed global that is no function,
   // a non-storage persistent id, a key reaching outside data/, and every truncation
   test::TempDir tmp;
-  auto archive = [&](const std::string& pickle) {
+  auto archive = [&](const std::string& pickle, bool with_storage = false) {
     ckpt::Snapshot s;
     const auto path = tmp / "x.pt";
     fs::remove(path);
@@ -144,6 +144,7 @@ TEST_CASE("pytorch: hostile pickles are refused naming what they hold, and nothi
       auto w = ckpt::storage::file_writer(path);
       ckpt::detail::pytorch::zip::Writer z(*w);
       z.add("archive/data.pkl", std::as_bytes(std::span(pickle.data(), pickle.size())));
+      if (with_storage) z.add("archive/data/0", std::as_bytes(std::span("\0\0\0\0", 4)));
       z.finish();
     }
     return path;
@@ -155,6 +156,9 @@ TEST_CASE("pytorch: hostile pickles are refused naming what they hold, and nothi
                     "refused a persistent id other than a storage");
   CHECK_THROWS_CKPT(ckpt::restore_tree(archive("\x80\x02" "(X\x07\x00\x00\x00" "storagectorch\nFloatStorage\nX\x05\x00\x00\x00" "../..X\x03\x00\x00\x00" "cpuK\x01tQ."s)),
                     ckpt::CorruptCheckpointError, "is not a plain name");
+  // stride 0: 2^40 elements repeating one
+  CHECK_THROWS_CKPT(ckpt::restore_tree(archive("\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00" "storagectorch\nFloatStorage\nX\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpuK\x01tQK\x00\x8a\x06\x00\x00\x00\x00\x00\x01\x85K\x00\x85\x89tR."s, true)),
+                    ckpt::CorruptCheckpointError, "repeats a storage of 1 beyond the limit");
   CHECK_THROWS_CKPT(ckpt::restore_tree(archive("\x80\x02" "\x8a\x09\x01\x01\x01\x01\x01\x01\x01\x01\x01."s)),
                     ckpt::CorruptCheckpointError, "wider than 64 bits");
   CHECK_THROWS_CKPT(ckpt::restore_tree(archive("\x80\x02" "X\xff\xff\xff\xff"s)), ckpt::CorruptCheckpointError, "ends inside an opcode");

@@ -343,6 +343,11 @@ class Loader {
     if (last >= s.numel)
       fail(segs, "tensor (offset " + std::to_string(t.offset) + ", size " + shape_str(shape) + ") reaches element " +
                      std::to_string(last) + " of a storage of " + std::to_string(s.numel));
+    // A stride of 0 (expand) repeats elements: bounded as zarr's fill is, so that a
+    // hostile size cannot make a restore allocate without limit.
+    if (numel * es > (std::uint64_t{256} << 20) + 65536 * s.numel * es)
+      fail(segs, "tensor of " + std::to_string(numel) + " elements repeats a storage of " + std::to_string(s.numel) +
+                     " beyond the limit (256 MiB + 65536 x its size)");
     const std::uint64_t base = storage_at(s, segs);
     const std::uint64_t first_byte = base + t.offset * es;
     const std::uint64_t bytes = numel * es;
