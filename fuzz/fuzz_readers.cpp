@@ -14,6 +14,7 @@
 #include "targets/native.hpp"
 #include "targets/ocdbt.hpp"
 #include "targets/orbax.hpp"
+#include "targets/pytorch.hpp"
 #include "targets/safetensors.hpp"
 #include "targets/step_metadata.hpp"
 #include "targets/t5x.hpp"

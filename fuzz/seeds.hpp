@@ -181,6 +181,25 @@ inline int make_seeds(const fs::path& out) {
     for (const char* f : {"b.safetensors", "d.safetensors", "e.safetensors", "i.safetensors"})
       seed(out, "safetensors", fuzz::read_text(fixture(std::string("safetensors/") + f)));
 
+    // PyTorch: torch.save's own files whole (byte 0), and their pickles alone (byte 1)
+    for (const char* f : {"net_state_dict.pt", "checkpoint.pt", "dtypes.pt", "views.pt", "hostile_system.pt"}) {
+      const std::string file = fuzz::read_text(fixture(std::string("pytorch/") + f));
+      seed(out, "pytorch", std::string(1, '\0') + file);
+      const ckpt::detail::pytorch::zip::Archive z(
+          [&](std::uint64_t at, std::span<std::byte> dst) {
+            if (!dst.empty()) std::memcpy(dst.data(), file.data() + at, dst.size());
+          },
+          file.size(), f, f);
+      for (const auto& e : z.entries())
+        if (e.name.ends_with("/data.pkl")) {
+          const auto pkl = z.read(e, 1 << 20);
+          seed(out, "pytorch", std::string(1, '\1') + std::string(reinterpret_cast<const char*>(pkl.data()), pkl.size()));
+        }
+    }
+    // ckpt's own writing of a state
+    ckpt::save<ckpt::pytorch>(work / "st.pt", fuzz::numeric_state());
+    seed(out, "pytorch", std::string(1, '\0') + fuzz::read_text(work / "st.pt"));
+
     // zarr v3: zarr.json, NUL, chunk 0
     {
       const float f4[6] = {1, 2, 3, 4, 5, 6};

@@ -32,6 +32,8 @@ apt_packages=(
   python3-zarr python3-numpy python3-msgpack python3-numcodecs python3-zstandard
   # tests/gcs_server.py's crc32c in C (a pure-Python one is its fallback)
   python3-crcmod
+  # PyTorch, the oracle of tests/test_pytorch.cpp (torch.save files both ways)
+  python3-torch
   # the Python reader (python/) and its tests, which ctest runs with pytest (pip:
   # the test that installs it offline)
   python3-xxhash python3-pytest python3-pip

@@ -1,5 +1,5 @@
 // ckpt/formats.hpp — every interop format: Orbax (with OCDBT), t5x, zarr v2 and v3, Flax msgpack,
-// safetensors, and TensorFlow checkpoints (read-only).
+// safetensors, PyTorch files, and TensorFlow checkpoints (read-only).
 //
 // Opt-in: <ckpt/ckpt.hpp> reads and writes the native format only, so that a program
 // that never meets another format does not compile their readers. Including this header
@@ -11,6 +11,7 @@
 
 #include <ckpt/format/flax.hpp>
 #include <ckpt/format/orbax.hpp>
+#include <ckpt/format/pytorch.hpp>
 #include <ckpt/format/safetensors.hpp>
 #include <ckpt/format/t5x.hpp>
 #include <ckpt/format/tensorflow.hpp>
