@@ -313,16 +313,19 @@ TEST_CASE("eigen: lazy leaves, allocate<T>, dtype casts and a column-major resto
     Eigen::MatrixXf w;
     Eigen::Tensor<float, 2> big;  // 1000 x 700 floats: several 1 MiB pieces, cut mid-row
     Eigen::Matrix<std::int64_t, Dynamic, Dynamic> n;
+    Eigen::Tensor<float, 3> cube;  // 40 x 100 x 90: pieces cut mid-row and mid-slice
   } saved{make_dense<Eigen::MatrixXf>(4, 3), Eigen::Tensor<float, 2>(1000, 700),
-          make_dense<Eigen::Matrix<std::int64_t, Dynamic, Dynamic>>(2, 3)};
+          make_dense<Eigen::Matrix<std::int64_t, Dynamic, Dynamic>>(2, 3), Eigen::Tensor<float, 3>(40, 100, 90)};
   for (Eigen::Index i = 0; i < 1000; ++i)
     for (Eigen::Index j = 0; j < 700; ++j) saved.big(i, j) = static_cast<float>(i * 700 + j);
+  for_each_index(saved.cube, [&](const auto& at) { saved.cube(at) = static_cast<float>((at[0] * 100 + at[1]) * 90 + at[2]); });
   ckpt::save(tmp / "c", saved);
 
   struct Lazy {
     ckpt::lazy<Eigen::MatrixXf> w;
     ckpt::lazy<Eigen::Tensor<float, 2>> big;
     Eigen::Matrix<std::int64_t, Dynamic, Dynamic> n;
+    Eigen::Tensor<float, 3> cube;
   };
   const auto l = ckpt::restore<Lazy>(tmp / "c");
   CHECK_FALSE(l.w.loaded());
@@ -348,12 +351,16 @@ TEST_CASE("eigen: lazy leaves, allocate<T>, dtype casts and a column-major resto
     Eigen::MatrixXd w;
     Eigen::Tensor<double, 2> big;
     Eigen::Matrix<std::int32_t, Dynamic, Dynamic> n;
+    Eigen::Tensor<double, 3> cube;
   };
   const auto w = ckpt::restore<Wider>(tmp / "c", {.max_memory = std::uint64_t{3} << 20});
   CHECK(w.w == saved.w.cast<double>());
   Eigen::Tensor<double, 2> big_d = saved.big.cast<double>();
   CHECK(same_tensor(w.big, big_d));
   CHECK(w.n == saved.n.cast<std::int32_t>());
+  Eigen::Tensor<double, 3> cube_d = saved.cube.cast<double>();
+  CHECK(same_tensor(w.cube, cube_d));
+  CHECK(same_tensor(l.cube, saved.cube));
   // narrowing a float needs restore_dtype
   struct Narrow {
     Eigen::Matrix<Eigen::half, Dynamic, Dynamic> w;

@@ -8,6 +8,7 @@
 // [3,4] matrix has strides [1,3], a row-major one [4,1].
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -67,6 +68,43 @@ void for_each_strided_run(std::span<const std::int64_t> dims, std::span<const st
   }
 }
 
+// Calls each(offset, index) for `count` elements from row-major index `first`: the
+// element of row-major index `index` at memory offset `offset`. Whole rows (of the last
+// dimension) go in square tiles over the last two dimensions, so that a column-major
+// array is read (or written) a few pages at a time: along a whole row, each element of
+// a large column-major matrix lies on another page.
+template <class Each>
+void for_each_strided(std::span<const std::int64_t> dims, std::span<const std::int64_t> strides, std::uint64_t first,
+                      std::uint64_t count, Each&& each) {
+  auto runs = [&](std::uint64_t from, std::uint64_t n) {
+    for_each_strided_run(dims, strides, from, n, [&](std::int64_t offset, std::int64_t step, std::uint64_t index, std::uint64_t length) {
+      for (std::uint64_t r = 0; r < length; ++r) each(offset + static_cast<std::int64_t>(r) * step, index + r);
+    });
+  };
+  const std::size_t n = dims.size();
+  if (n < 2 || count == 0) return runs(first, count);
+  const auto cols = static_cast<std::uint64_t>(dims[n - 1]), rows = static_cast<std::uint64_t>(dims[n - 2]);
+  const std::uint64_t end = first + count;
+  std::uint64_t at = std::min(end, (first + cols - 1) / cols * cols);  // the first whole row
+  runs(first, at - first);
+  constexpr std::uint64_t tile = 32;
+  while (end - at >= cols) {
+    const std::uint64_t row = at / cols, in_slice = row % rows;
+    const std::uint64_t k = std::min(rows - in_slice, (end - at) / cols);  // whole rows of one 2-D slice
+    std::int64_t offset = static_cast<std::int64_t>(in_slice) * strides[n - 2];
+    for (std::uint64_t rest = row / rows, d = n - 2; d-- > 0; rest /= static_cast<std::uint64_t>(dims[d]))
+      offset += static_cast<std::int64_t>(rest % static_cast<std::uint64_t>(dims[d])) * strides[d];
+    for (std::uint64_t i0 = 0; i0 < k; i0 += tile)
+      for (std::uint64_t j0 = 0; j0 < cols; j0 += tile)
+        for (std::uint64_t i = i0; i < std::min(k, i0 + tile); ++i)
+          for (std::uint64_t j = j0; j < std::min(cols, j0 + tile); ++j)
+            each(offset + static_cast<std::int64_t>(i) * strides[n - 2] + static_cast<std::int64_t>(j) * strides[n - 1],
+                 at + i * cols + j);
+    at += k * cols;
+  }
+  runs(at, end - at);
+}
+
 // A leaf holding the array's elements in row-major order: a copy (what the writers
 // take is bytes in memory, see docs/torch.md, "Eigen").
 template <class E>
@@ -74,10 +112,7 @@ LeafBytes strided_leaf(Shape shape, const E* base, std::span<const std::int64_t>
   const auto n = static_cast<std::size_t>(element_count(shape));
   std::vector<std::byte> bytes(n * sizeof(E));
   E* out = reinterpret_cast<E*>(bytes.data());  // new[] aligns for every element type
-  for_each_strided_run(shape, strides, 0, n, [&](std::int64_t offset, std::int64_t step, std::uint64_t index, std::uint64_t length) {
-    const E* in = base + offset;
-    for (std::uint64_t r = 0; r < length; ++r) out[index + r] = in[static_cast<std::int64_t>(r) * step];
-  });
+  for_each_strided(shape, strides, 0, n, [&](std::int64_t offset, std::uint64_t index) { out[index] = base[offset]; });
   return LeafBytes::own(dtype_v<E>, std::move(shape), std::move(bytes));
 }
 
@@ -92,10 +127,8 @@ void read_strided(const LeafSource& src, E* base, std::span<const std::int64_t> 
   const std::uint64_t n = static_cast<std::uint64_t>(element_count(dims));
   // Elements copied as bytes: a piece need not be aligned for E.
   auto scatter = [&](const std::byte* values, std::uint64_t first, std::uint64_t count) {
-    for_each_strided_run(dims, strides, first, count, [&](std::int64_t offset, std::int64_t step, std::uint64_t index, std::uint64_t length) {
-      E* out = base + offset;
-      const std::byte* in = values + (index - first) * sizeof(E);
-      for (std::uint64_t r = 0; r < length; ++r) std::memcpy(out + static_cast<std::int64_t>(r) * step, in + r * sizeof(E), sizeof(E));
+    for_each_strided(dims, strides, first, count, [&](std::int64_t offset, std::uint64_t index) {
+      std::memcpy(base + offset, values + (index - first) * sizeof(E), sizeof(E));
     });
   };
   if (src.shape_only()) {  // allocate<T>: zeros
