@@ -105,8 +105,9 @@ void for_each_strided(std::span<const std::int64_t> dims, std::span<const std::i
   runs(at, end - at);
 }
 
-// A leaf holding the array's elements in row-major order: a copy (what the writers
-// take is bytes in memory, see docs/torch.md, "Eigen").
+// A leaf holding the array's elements in row-major order: a copy, since much of what
+// handles a snapshot (async saves' buffers, the incremental manager, MPI saves, edits)
+// reads a leaf's bytes in memory, not a stream (docs/torch.md, "Storage order and copies").
 template <class E>
 LeafBytes strided_leaf(Shape shape, const E* base, std::span<const std::int64_t> strides) {
   const auto n = static_cast<std::size_t>(element_count(shape));
