@@ -11,6 +11,7 @@ program compiles only the parts it includes:
   storage/memory.hpp   mem:// storage                      (include/ckpt/storage/memory.hpp)
   storage/posix.hpp    the local-directory storage         (include/ckpt/storage/posix.hpp)
   all.hpp              every part above                    (include/ckpt/all.hpp)
+  eigen.hpp            Eigen's leaves (needs Eigen 3.4)    (include/ckpt/eigen.hpp)
 
 Each part is one file: its root header with every include of one of ckpt's own headers
 (`#include <ckpt/...>`, or `#include "..."` that resolves to a file under include/)
@@ -48,6 +49,7 @@ PARTS = [
     pathlib.Path("ckpt/storage/memory.hpp"),
     pathlib.Path("ckpt/storage/posix.hpp"),
     pathlib.Path("ckpt/all.hpp"),
+    pathlib.Path("ckpt/eigen.hpp"),
 ]
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')

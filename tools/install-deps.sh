@@ -26,6 +26,8 @@ apt_packages=(
   libopenmpi-dev openmpi-bin
   # the S3 storage backend (ckpt::s3, <ckpt/storage/s3.hpp>)
   libcurl4-openssl-dev
+  # Eigen's leaves (ckpt::eigen, <ckpt/eigen.hpp>) and tests/test_eigen.cpp
+  libeigen3-dev
   # bench/bench_peers.cpp compares with these (optional: the bench builds without them)
   libhdf5-dev libcereal-dev
   # used by interop tests through /usr/bin/python3

@@ -42,12 +42,21 @@ constexpr bool brace_initializable_with(std::index_sequence<I...>) {
   return requires { T{(void(I), any_field<T>{})...}; };
 }
 
+// A field with no default constructor (an Eigen::Map, a reference) after the first N + 1
+// also makes T{f1, ..., fN+1} fail, and then T{f1, ..., fN} fails too: the count goes on
+// past it (an aggregate only; one whose braces never compile is counted as no fields).
 template <class T, std::size_t N = 0>
 consteval std::size_t count_aggregate_fields() {
-  if constexpr (N > 100 || !brace_initializable_with<T>(std::make_index_sequence<N + 1>{}))
+  if constexpr (N > 100) {
     return N;
-  else
+  } else if constexpr (brace_initializable_with<T>(std::make_index_sequence<N + 1>{})) {
     return count_aggregate_fields<T, N + 1>();
+  } else if constexpr (std::is_aggregate_v<T> && !brace_initializable_with<T>(std::make_index_sequence<N>{})) {
+    constexpr std::size_t n = count_aggregate_fields<T, N + 1>();
+    return n > 100 ? 0 : n;  // no count fits: no fields, as before
+  } else {
+    return N;
+  }
 }
 
 template <class T>
