@@ -373,6 +373,20 @@ TEST_CASE("torch: optimizers restore into fresh ones; a param group of another s
     auto& n = static_cast<torch::optim::SGDParamState&>(*o.sgd.state().at(old));
     CHECK(same_bits(m.momentum_buffer(), n.momentum_buffer()));
   }
+  // Into an optimizer that holds state: filled in place, the same memory.
+  const auto key0 = c10::guts::to_string(fresh.model.parameters()[0].unsafeGetTensorImpl());
+  auto& held = static_cast<torch::optim::AdamParamState&>(*fresh.adam.state().at(key0));
+  const void* held_mem = held.exp_avg().data_ptr();
+  held.exp_avg().zero_();
+  held.step(99);
+  ckpt::restore_into(tmp / "c", fresh);
+  auto& again = static_cast<torch::optim::AdamParamState&>(*fresh.adam.state().at(key0));
+  CHECK(again.exp_avg().data_ptr() == held_mem);
+  CHECK(again.step() == 3);
+  CHECK(same_bits(again.exp_avg(),
+                  static_cast<torch::optim::AdamParamState&>(
+                      *o.adam.state().at(c10::guts::to_string(o.model.parameters()[0].unsafeGetTensorImpl())))
+                      .exp_avg()));
   // An optimizer over fewer parameters: PyTorch's "doesn't match the size of optimizer's group".
   AdamOnly one;
   CHECK_THROWS_CKPT(ckpt::restore_into(tmp / "c", one, {.partial = true}), ckpt::ShapeMismatchError,

@@ -11,8 +11,9 @@
 //   SGD:         param_groups.<j>.lr, .momentum, .dampening, .weight_decay, .nesterov, .params
 //
 // Restore needs the optimizer built over the parameters it will train (a fresh one is
-// fine): the checkpoint's state replaces its state parameter by parameter, moved to each
-// parameter's device, and the groups' options are overwritten. A checkpoint whose group
+// fine): the checkpoint's state replaces its state parameter by parameter (into the
+// tensors it already holds where their shapes match, else new ones on each parameter's
+// device), and the groups' options are overwritten. A checkpoint whose group
 // holds another number of parameters is refused, as load_state_dict refuses it.
 #pragma once
 
@@ -146,11 +147,14 @@ void restore_optimizer(Opt& opt, const ChildLookup& lookup, F&& f) {
         states.erase(state_key(p));
         continue;
       }
-      auto s = std::make_unique<state_type>();
-      fields::restore_state(*s, si, lookup, f);
-      for (at::Tensor* t : fields::tensors(*s))
+      // State the optimizer holds is filled in place, as a module's tensors are (no
+      // fresh memory, whose first touch costs more than the read); otherwise it is new.
+      auto& slot = states[state_key(p)];
+      if (!slot) slot = std::make_unique<state_type>();
+      auto& st = static_cast<state_type&>(*slot);
+      fields::restore_state(st, si, lookup, f);
+      for (at::Tensor* t : fields::tensors(st))
         if (t->defined() && t->device() != p.device()) *t = t->to(p.device());
-      states[state_key(p)] = std::move(s);
     }
     fields::options(static_cast<typename fields::options_type&>(group.options()), gj, f);
     GroupParams ids{{}, group.params().size()};
