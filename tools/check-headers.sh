@@ -31,6 +31,17 @@ if CKPT_MPI_CFLAGS=$(pkg-config --cflags mpi-cxx 2>/dev/null); then :; else
   echo "skipped (no MPI): $(grep -c '^ckpt/mpi' <<<"$headers") ckpt/mpi headers"
   headers=$(grep -v '^ckpt/mpi' <<<"$headers")
 fi
+# ckpt/torch.hpp and the torch headers of leaf/ and tree/ need libtorch, whose C++ API
+# lies under torch/csrc/api/include.
+torch_api=/usr/include/torch/csrc/api/include
+export CKPT_TORCH_CFLAGS="-isystem $torch_api"
+torch_headers=$(grep -E '^ckpt/(torch\.hpp|leaf/torch_|tree/torch_)' <<<"$headers" || true)
+# (libtorch 1.13's own headers do not compile with clang 14 in C++20: skipped there too.)
+if [[ ! -f $torch_api/torch/optim/adam.h ]] ||
+   ! echo "#include <ATen/core/Tensor.h>" | "$cxx" "${flags[@]}" -x c++ -fsyntax-only - >/dev/null 2>&1; then
+  echo "skipped (no libtorch this compiler builds): $(wc -w <<<"$torch_headers") torch headers"
+  headers=$(grep -vxF -f <(printf '%s\n' $torch_headers) <<<"$headers")
+fi
 # Headers that need an optional dependency, as "header:what it includes": checked
 # where that dependency is installed, skipped (and said so) where it is not.
 optional=("ckpt/storage/s3.hpp:curl/curl.h" "ckpt/io/http.hpp:curl/curl.h"
@@ -68,6 +79,7 @@ xargs -P "$jobs" -I{} bash -c '
   # src.hpp is the unit of a separate-compilation build and says so when misused
   extra=(); [[ $h == ckpt/src.hpp ]] && extra=(-DCKPT_SEPARATE_COMPILATION)
   [[ $h == ckpt/mpi* ]] && read -ra extra <<<"$CKPT_MPI_CFLAGS"
+  [[ $h == ckpt/torch.hpp || $h == ckpt/leaf/torch_* || $h == ckpt/tree/torch_* ]] && read -ra extra <<<"$CKPT_TORCH_CFLAGS"
   echo "#include <$h>" | "$@" "${extra[@]}" -x c++ -fsyntax-only - >"$log" 2>&1 || { echo "$h" >>"$out/failed"; }
 ' _ "$out" {} "$cxx" "${flags[@]}" <<<"$headers"
 failed=0

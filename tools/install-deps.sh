@@ -24,6 +24,8 @@ apt_packages=(
   libblosc-dev liblz4-dev libbz2-dev
   # ckpt::mpi and its tests (mpirun)
   libopenmpi-dev openmpi-bin
+  # ckpt::torch (<ckpt/torch.hpp>), its tests and example; PyTorch as their oracle
+  libtorch-dev python3-torch
   # the S3 storage backend (ckpt::s3, <ckpt/storage/s3.hpp>)
   libcurl4-openssl-dev
   # Eigen's leaves (ckpt::eigen, <ckpt/eigen.hpp>) and tests/test_eigen.cpp

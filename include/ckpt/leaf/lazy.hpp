@@ -61,7 +61,9 @@ struct leaf_codec<lazy<U>> {
   static constexpr int rank = leaf_codec<U>::rank;
   static LeafBytes save(const lazy<U>& l) { return leaf_codec<U>::save(l.get()); }
   static void restore(lazy<U>& l, const LeafSource& src) {
-    src.expect_castable(type);  // a wrong dtype shows now, not at the first get()
+    // A wrong dtype shows now, not at the first get(); a codec whose dtype is known only
+    // at run time (dtype::none: a torch::Tensor) checks it when it reads.
+    if (type != dtype::none) src.expect_castable(type);
     if (rank >= 0 && static_cast<int>(src.shape().size()) != rank)
       throw ShapeMismatchError(src.checkpoint(), src.path(),
                                "rank " + std::to_string(src.shape().size()) + " (shape " + shape_str(src.shape()) +

@@ -336,6 +336,24 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
       fill_from_index(value[key], path, ctx);
       path.pop();
     }
+  } else if constexpr (k == node::kind::listed) {
+    if (ctx.use_empty_node(path)) return;  // saved with no child: nothing to fill
+    struct Lookup final : ChildLookup {
+      Path& path;
+      FillContext& ctx;
+      Lookup(Path& p, FillContext& c) : path(p), ctx(c) {}
+      bool has(const ChildPath& child) const override {
+        for (const auto& seg : child) path.push(seg);
+        const bool found = ctx.find(path) != FillContext::no_leaf || ctx.has_subtree(path);
+        for (std::size_t i = 0; i < child.size(); ++i) path.pop();
+        return found;
+      }
+    } lookup(path, ctx);
+    node_children<T>::restore(value, static_cast<const ChildLookup&>(lookup), [&](const ChildPath& child, auto& c) {
+      for (const auto& seg : child) path.push(seg);
+      fill_from_index(c, path, ctx);
+      for (std::size_t i = 0; i < child.size(); ++i) path.pop();
+    });
   } else if constexpr (k == node::kind::structure) {
     reflect::for_each_field(value, [&](std::string_view name, auto& field) {
       path.push(std::string(name));

@@ -2,7 +2,9 @@
 //
 // A leaf (leaf/codec.hpp), or an inner node: std::optional, std::tuple/std::pair,
 // a sequence of nodes (std::vector, std::array), a map with string keys
-// (std::map, std::unordered_map), or a reflectable struct (tree/reflect.hpp).
+// (std::map, std::unordered_map), a node whose children are listed at run time
+// (ckpt::node_children, below: a libtorch Module's parameters), or a reflectable
+// struct (tree/reflect.hpp).
 // Anything else fails to compile with a message naming the type (and the field).
 #pragma once
 
@@ -20,6 +22,39 @@
 #include <ckpt/leaf/codec.hpp>
 #include <ckpt/tree/reflect.hpp>
 #include <ckpt/detail/static_error.hpp>
+
+namespace ckpt {
+
+// A child's place under a node that lists its children at run time: one path segment
+// per element (a Module's "layers.0.weight" is {"layers", "0", "weight"}).
+using ChildPath = std::vector<std::string>;
+
+// What a checkpoint holds under such a node, asked while it is restored.
+class ChildLookup {
+ public:
+  // True when a leaf or a subtree lies at `child` under the node.
+  virtual bool has(const ChildPath& child) const = 0;
+
+ protected:
+  ~ChildLookup() = default;
+};
+
+// The customization point for a type whose children are known only at run time.
+// A specialization provides
+//   static constexpr bool listed = true;
+//   static void save(const T&, F&& f);                      // f(const ChildPath&, const Child&) per child
+//   static void restore(T&, const ChildLookup&, F&& f);     // f(const ChildPath&, Child&) per child to fill
+// where each Child is any tree node. Children given to `save` must stay alive as long
+// as the value (a leaf's bytes may point into them); a computed child is wrapped in
+// ckpt::owned_leaf, whose bytes are copied. A value that lists no child is saved as an
+// empty node.
+template <class T>
+struct node_children;
+
+template <class T>
+concept has_node_children = requires { node_children<T>::listed; };
+
+}  // namespace ckpt
 
 namespace ckpt::node {
 
@@ -49,7 +84,7 @@ struct map_traits<std::unordered_map<std::string, U, H, E, A>> : std::true_type 
   using mapped_type = U;
 };
 
-enum class kind { leaf, optional, tuple, sequence, map, structure, unsupported };
+enum class kind { leaf, optional, tuple, sequence, map, listed, structure, unsupported };
 
 template <class T>
 consteval kind kind_of() {
@@ -58,6 +93,7 @@ consteval kind kind_of() {
   else if constexpr (tuple_traits<T>::value) return kind::tuple;
   else if constexpr (sequence_traits<T>::value) return kind::sequence;
   else if constexpr (map_traits<T>::value) return kind::map;
+  else if constexpr (has_node_children<T>) return kind::listed;
   else if constexpr (reflect::reflectable<T>) return kind::structure;
   else return kind::unsupported;
 }

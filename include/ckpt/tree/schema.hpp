@@ -47,6 +47,8 @@ void collect_schema(const std::string& prefix, Schema& out) {
     collect_schema<typename node::sequence_traits<T>::value_type>(schema_join(prefix, "*"), out);
   } else if constexpr (k == node::kind::map) {
     collect_schema<typename node::map_traits<T>::mapped_type>(schema_join(prefix, "*"), out);
+  } else if constexpr (k == node::kind::listed) {
+    out.push_back({schema_join(prefix, "*"), "none", -1});  // children known only at run time
   } else if constexpr (k == node::kind::structure) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (collect_schema<reflect::field_type<T, I>>(schema_join(prefix, Path::escape(reflect::field_name<T, I>())), out),

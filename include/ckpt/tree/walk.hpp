@@ -45,6 +45,15 @@ void walk(const T& value, Path& path, Visitor& visit) {
       walk(kv->second, path, visit);
       path.pop();
     }
+  } else if constexpr (k == node::kind::listed) {
+    bool any = false;
+    node_children<T>::save(value, [&](const ChildPath& child, const auto& c) {
+      any = true;
+      for (const auto& seg : child) path.push(seg);
+      walk(c, path, visit);
+      for (std::size_t i = 0; i < child.size(); ++i) path.pop();
+    });
+    if (!any) visit.none(path);
   } else if constexpr (k == node::kind::structure) {
     reflect::for_each_field(value, [&](std::string_view name, const auto& field) {
       path.push(std::string(name));
