@@ -16,6 +16,7 @@
 // DIR/export/model.safetensors, which docs/torch.md loads into the same architecture
 // in Python. It prints the final loss and a checksum of the weights.
 #include <ckpt/ckpt.hpp>
+#include <ckpt/format/pytorch.hpp>
 #include <ckpt/format/safetensors.hpp>
 #include <ckpt/manager.hpp>
 
@@ -79,8 +80,7 @@ double train_step(TrainState& s) {
 // Writes the model's weights where Python reads them.
 void export_weights(const fs::path& dir, const Net& model) {
   ckpt::save<ckpt::safetensors>(dir / "export", model, {.force = true});
-  // Once ckpt::pytorch is merged, the .pt export is this one call:
-  //   ckpt::save<ckpt::pytorch>(dir / "export" / "model.pt", model);
+  ckpt::save<ckpt::pytorch>(dir / "export" / "model.pt", model, {.force = true});  // torch.load's own file
 }
 
 }  // namespace

@@ -1977,7 +1977,9 @@ struct leaf_codec<lazy<U>> {
   static constexpr int rank = leaf_codec<U>::rank;
   static LeafBytes save(const lazy<U>& l) { return leaf_codec<U>::save(l.get()); }
   static void restore(lazy<U>& l, const LeafSource& src) {
-    src.expect_castable(type);  // a wrong dtype shows now, not at the first get()
+    // A wrong dtype shows now, not at the first get(); a codec whose dtype is known only
+    // at run time (dtype::none: a torch::Tensor) checks it when it reads.
+    if (type != dtype::none) src.expect_castable(type);
     if (rank >= 0 && static_cast<int>(src.shape().size()) != rank)
       throw ShapeMismatchError(src.checkpoint(), src.path(),
                                "rank " + std::to_string(src.shape().size()) + " (shape " + shape_str(src.shape()) +
@@ -2279,12 +2281,21 @@ constexpr bool brace_initializable_with(std::index_sequence<I...>) {
   return requires { T{(void(I), any_field<T>{})...}; };
 }
 
+// A field with no default constructor (an Eigen::Map, a reference) after the first N + 1
+// also makes T{f1, ..., fN+1} fail, and then T{f1, ..., fN} fails too: the count goes on
+// past it (an aggregate only; one whose braces never compile is counted as no fields).
 template <class T, std::size_t N = 0>
 consteval std::size_t count_aggregate_fields() {
-  if constexpr (N > 100 || !brace_initializable_with<T>(std::make_index_sequence<N + 1>{}))
+  if constexpr (N > 100) {
     return N;
-  else
+  } else if constexpr (brace_initializable_with<T>(std::make_index_sequence<N + 1>{})) {
     return count_aggregate_fields<T, N + 1>();
+  } else if constexpr (std::is_aggregate_v<T> && !brace_initializable_with<T>(std::make_index_sequence<N>{})) {
+    constexpr std::size_t n = count_aggregate_fields<T, N + 1>();
+    return n > 100 ? 0 : n;  // no count fits: no fields, as before
+  } else {
+    return N;
+  }
 }
 
 template <class T>
@@ -2485,7 +2496,9 @@ constexpr void for_each_field(Obj& obj, F&& f) {
 //
 // A leaf (leaf/codec.hpp), or an inner node: std::optional, std::tuple/std::pair,
 // a sequence of nodes (std::vector, std::array), a map with string keys
-// (std::map, std::unordered_map), or a reflectable struct (tree/reflect.hpp).
+// (std::map, std::unordered_map), a node whose children are listed at run time
+// (ckpt::node_children, below: a libtorch Module's parameters), or a reflectable
+// struct (tree/reflect.hpp).
 // Anything else fails to compile with a message naming the type (and the field).
 
 #include <array>
@@ -2555,6 +2568,39 @@ using printable = decltype(printable_text<S>());
 #endif  // CKPT_SINGLE_CKPT_DETAIL_FIXED_STRING_HPP
 // end ckpt/detail/fixed_string.hpp
 
+namespace ckpt {
+
+// A child's place under a node that lists its children at run time: one path segment
+// per element (a Module's "layers.0.weight" is {"layers", "0", "weight"}).
+using ChildPath = std::vector<std::string>;
+
+// What a checkpoint holds under such a node, asked while it is restored.
+class ChildLookup {
+ public:
+  // True when a leaf or a subtree lies at `child` under the node.
+  virtual bool has(const ChildPath& child) const = 0;
+
+ protected:
+  ~ChildLookup() = default;
+};
+
+// The customization point for a type whose children are known only at run time.
+// A specialization provides
+//   static constexpr bool listed = true;
+//   static void save(const T&, F&& f);                      // f(const ChildPath&, const Child&) per child
+//   static void restore(T&, const ChildLookup&, F&& f);     // f(const ChildPath&, Child&) per child to fill
+// where each Child is any tree node. Children given to `save` must stay alive as long
+// as the value (a leaf's bytes may point into them); a computed child is wrapped in
+// ckpt::owned_leaf, whose bytes are copied. A value that lists no child is saved as an
+// empty node.
+template <class T>
+struct node_children;
+
+template <class T>
+concept has_node_children = requires { node_children<T>::listed; };
+
+}  // namespace ckpt
+
 namespace ckpt::node {
 
 template <class T> struct optional_traits : std::false_type {};
@@ -2583,7 +2629,7 @@ struct map_traits<std::unordered_map<std::string, U, H, E, A>> : std::true_type 
   using mapped_type = U;
 };
 
-enum class kind { leaf, optional, tuple, sequence, map, structure, unsupported };
+enum class kind { leaf, optional, tuple, sequence, map, listed, structure, unsupported };
 
 template <class T>
 consteval kind kind_of() {
@@ -2592,6 +2638,7 @@ consteval kind kind_of() {
   else if constexpr (tuple_traits<T>::value) return kind::tuple;
   else if constexpr (sequence_traits<T>::value) return kind::sequence;
   else if constexpr (map_traits<T>::value) return kind::map;
+  else if constexpr (has_node_children<T>) return kind::listed;
   else if constexpr (reflect::reflectable<T>) return kind::structure;
   else return kind::unsupported;
 }
@@ -2719,6 +2766,15 @@ void walk(const T& value, Path& path, Visitor& visit) {
       walk(kv->second, path, visit);
       path.pop();
     }
+  } else if constexpr (k == node::kind::listed) {
+    bool any = false;
+    node_children<T>::save(value, [&](const ChildPath& child, const auto& c) {
+      any = true;
+      for (const auto& seg : child) path.push(seg);
+      walk(c, path, visit);
+      for (std::size_t i = 0; i < child.size(); ++i) path.pop();
+    });
+    if (!any) visit.none(path);
   } else if constexpr (k == node::kind::structure) {
     reflect::for_each_field(value, [&](std::string_view name, const auto& field) {
       path.push(std::string(name));
@@ -2834,6 +2890,8 @@ void collect_schema(const std::string& prefix, Schema& out) {
     collect_schema<typename node::sequence_traits<T>::value_type>(schema_join(prefix, "*"), out);
   } else if constexpr (k == node::kind::map) {
     collect_schema<typename node::map_traits<T>::mapped_type>(schema_join(prefix, "*"), out);
+  } else if constexpr (k == node::kind::listed) {
+    out.push_back({schema_join(prefix, "*"), "none", -1});  // children known only at run time
   } else if constexpr (k == node::kind::structure) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (collect_schema<reflect::field_type<T, I>>(schema_join(prefix, Path::escape(reflect::field_name<T, I>())), out),
@@ -4834,6 +4892,24 @@ void fill_from_index(T& value, Path& path, FillContext& ctx) {
       fill_from_index(value[key], path, ctx);
       path.pop();
     }
+  } else if constexpr (k == node::kind::listed) {
+    if (ctx.use_empty_node(path)) return;  // saved with no child: nothing to fill
+    struct Lookup final : ChildLookup {
+      Path& path;
+      FillContext& ctx;
+      Lookup(Path& p, FillContext& c) : path(p), ctx(c) {}
+      bool has(const ChildPath& child) const override {
+        for (const auto& seg : child) path.push(seg);
+        const bool found = ctx.find(path) != FillContext::no_leaf || ctx.has_subtree(path);
+        for (std::size_t i = 0; i < child.size(); ++i) path.pop();
+        return found;
+      }
+    } lookup(path, ctx);
+    node_children<T>::restore(value, static_cast<const ChildLookup&>(lookup), [&](const ChildPath& child, auto& c) {
+      for (const auto& seg : child) path.push(seg);
+      fill_from_index(c, path, ctx);
+      for (std::size_t i = 0; i < child.size(); ++i) path.pop();
+    });
   } else if constexpr (k == node::kind::structure) {
     reflect::for_each_field(value, [&](std::string_view name, auto& field) {
       path.push(std::string(name));
@@ -7776,6 +7852,10 @@ class ObjectReader final : public IndexReader {
   // turns them into a few large parallel GETs), then the checksums on every core.
   bool reads_in_batches() const override { return true; }
   bool read_batch(const Index& index, std::span<const LeafRead> reads) const override {
+    // A leaf stored as boxes (written by several processes) is assembled box by box, as
+    // Index::read does it: then every read goes that way.
+    for (const auto& r : reads)
+      if (!r.entry->boxes.empty()) return false;
     std::vector<storage::ReadSegment> segments;
     for (const auto& r : reads) {
       const IndexEntry& e = *r.entry;
@@ -14242,6 +14322,10 @@ class ObjectReader final : public IndexReader {
   // turns them into a few large parallel GETs), then the checksums on every core.
   bool reads_in_batches() const override { return true; }
   bool read_batch(const Index& index, std::span<const LeafRead> reads) const override {
+    // A leaf stored as boxes (written by several processes) is assembled box by box, as
+    // Index::read does it: then every read goes that way.
+    for (const auto& r : reads)
+      if (!r.entry->boxes.empty()) return false;
     std::vector<storage::ReadSegment> segments;
     for (const auto& r : reads) {
       const IndexEntry& e = *r.entry;

@@ -2161,6 +2161,10 @@ class ObjectReader final : public IndexReader {
   // turns them into a few large parallel GETs), then the checksums on every core.
   bool reads_in_batches() const override { return true; }
   bool read_batch(const Index& index, std::span<const LeafRead> reads) const override {
+    // A leaf stored as boxes (written by several processes) is assembled box by box, as
+    // Index::read does it: then every read goes that way.
+    for (const auto& r : reads)
+      if (!r.entry->boxes.empty()) return false;
     std::vector<storage::ReadSegment> segments;
     for (const auto& r : reads) {
       const IndexEntry& e = *r.entry;
@@ -6452,6 +6456,9 @@ class CheckpointManager {
     if (storage::is_url(root_)) {  // s3://, mem://: no directory to create, no lock to take
       if (!coordination_type::url_roots)
         throw Error(root_.string(), "", "the ranks save into a directory they all see: give a path, not a URL");
+      if (!std::is_same_v<coordination_type, one_process> && storage::url_scheme(root_.native()) == "mem")
+        throw Error(root_.string(), "", "a mem:// store lives in one process, which the other ranks cannot reach: "
+                                        "give a directory they all see, or an s3:// or gs:// URL");
       const auto unsupported = [&](const char* what) {
         throw Error(root_.string(), "", std::string("ManagerOptions: ") + what + " needs a local root directory");
       };

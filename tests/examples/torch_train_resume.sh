@@ -34,8 +34,18 @@ net.load_state_dict(sd)
 print(repr(sum(p.double().abs().sum().item() for p in net.parameters())))
 PY
 )
+# the .pt export, as a PyTorch user loads it: torch.load with weights_only, a strict load_state_dict
+pt_sum=$("$python" - "$work/run/export/model.pt" <<'PY'
+import sys, torch
+net = torch.nn.Module()
+net.layers = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+net.load_state_dict(torch.load(sys.argv[1], weights_only=True))
+print(repr(sum(p.double().abs().sum().item() for p in net.parameters())))
+PY
+)
+[ "$pt_sum" = "$sum" ] || { echo "FAIL: model.pt's weight sum $pt_sum, model.safetensors' $sum"; exit 1; }
 cpp=$(echo "$straight" | sed 's/.* weights //')
 "$python" -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if a == b else 1)" "$sum" "$cpp" \
   || { echo "FAIL: Python's weight sum $sum, C++'s $cpp"; exit 1; }
 rm -rf "$work"
-echo "ok: killed, resumed and uninterrupted runs agree; Python loads the export ($sum)"
+echo "ok: killed, resumed and uninterrupted runs agree; Python loads the safetensors and .pt exports ($sum)"

@@ -12,6 +12,12 @@
 #if CKPT_README_S3
 #include <ckpt/storage/s3.hpp>
 #endif
+#if CKPT_README_GCS
+#include <ckpt/storage/gcs.hpp>
+#endif
+#if CKPT_README_EIGEN
+#include <ckpt/eigen.hpp>
+#endif
 #if CKPT_README_MPI
 #include <ckpt/mpi.hpp>
 #endif
@@ -393,3 +399,67 @@ ckpt::restore_into(dir, state, {.restore_dtype = ckpt::dtype::float32, .max_memo
 ckpt::convert("run/step_100", "export", "safetensors", {.max_memory = 128 << 20});  // ckpt/convert.hpp
 }
 }  // namespace restore_budget
+
+// docs/manager.md: the non-finite guard.
+namespace manager_guard {
+using ::TrainState;
+bool diverged(double loss);
+void snippet(TrainState& state, double loss) {
+ckpt::CheckpointManager<TrainState> mgr("/tmp/run", {.max_to_keep = 3, .best_metric = "eval/loss",
+                                                     .best_mode = ckpt::BestMode::min,
+                                                     .guard_non_finite = true});
+// ... train, save
+if (diverged(loss)) state = mgr.restore(mgr.latest_finite_step());
+}
+}  // namespace manager_guard
+
+// docs/storage.md: Google Cloud Storage.
+#if CKPT_README_GCS
+namespace storage_gcs {
+using ::TrainState;
+void snippet(const TrainState& state) {
+#include <ckpt/storage/gcs.hpp>   // CMake: target_link_libraries(app ckpt::ckpt ckpt::gcs)
+ckpt::save("gs://bucket/runs/a/checkpoint_100", state);
+ckpt::gcs::configure({.user_project = "billing-project", .connections = 16});  // or the environment
+ckpt::CheckpointManager<TrainState, ckpt::async_save, ckpt::gcs> mgr("bucket/runs/a", {.max_to_keep = 3});
+}
+}  // namespace storage_gcs
+#endif
+
+// docs/torch.md: Eigen's leaves.
+#if CKPT_README_EIGEN
+namespace torch_eigen {
+#include <ckpt/eigen.hpp>   // ckpt.hpp, Eigen/Core and the Tensor module
+
+struct Layer { Eigen::MatrixXf weight; Eigen::VectorXf bias; };
+struct State {
+  std::int64_t step = 0;
+  std::vector<Layer> layers;
+  Eigen::Matrix<double, 3, 3> rotation;
+  Eigen::Tensor<float, 4> conv;            // the unsupported Tensor module
+  xt::xtensor<float, 2> embed;
+};
+
+void save_and_restore(const State& state) {
+  ckpt::save("/tmp/run/1", state);
+  auto back = ckpt::restore<State>("/tmp/run/1");
+}
+}  // namespace torch_eigen
+#endif
+
+// docs/torch.md: PyTorch's files.
+namespace torch_pt {
+struct Linear { xt::xtensor<float, 2> weight; xt::xtensor<float, 1> bias; };
+struct Net { Linear fc; };
+using ::TrainState;
+void snippet() {
+#include <ckpt/formats.hpp>
+
+auto tree = ckpt::restore_tree("model.pt");                 // any torch.save file
+Net net = ckpt::restore<Net>("model.pt");                   // a state_dict into a struct of the same names
+auto ck = ckpt::restore<TrainState>("checkpoint.pt", {.partial = true,
+    .transform = [](ckpt::Tree& t) { t.rename("model", "net"); }});  // renamed paths
+ckpt::save<ckpt::pytorch>("out.pt", net);                   // loads in torch.load + load_state_dict
+ckpt::save<ckpt::pytorch>("mem://bucket/run", net);         // any storage: dir/pytorch_model.bin
+}
+}  // namespace torch_pt
