@@ -4,9 +4,7 @@
 // that the fuzzer spends its time on the unpickler and the tensors' offsets and strides.
 #pragma once
 
-#include <ckpt/format/pytorch.hpp>
-
-#include "../fuzz_common.hpp"
+#include "../fuzz_common.hpp"  // <ckpt/all.hpp>, which has ckpt::pytorch (the single header too)
 
 namespace fuzz::targets::pytorch {
 
