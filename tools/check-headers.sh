@@ -42,6 +42,16 @@ if [[ ! -f $torch_api/torch/optim/adam.h ]] ||
   echo "skipped (no libtorch this compiler builds): $(wc -w <<<"$torch_headers") torch headers"
   headers=$(grep -vxF -f <(printf '%s\n' $torch_headers) <<<"$headers")
 fi
+# ckpt/eigen.hpp and the Eigen headers of leaf/ need Eigen (pkg-config eigen3), as a
+# system directory so that -Werror never applies to Eigen's own code.
+export CKPT_EIGEN_CFLAGS
+eigen_headers=$(grep -E '^ckpt/(eigen\.hpp|leaf/eigen)' <<<"$headers" || true)
+if CKPT_EIGEN_CFLAGS=$(pkg-config --cflags-only-I eigen3 2>/dev/null); then
+  CKPT_EIGEN_CFLAGS=${CKPT_EIGEN_CFLAGS//-I/-isystem }
+else
+  echo "skipped (no Eigen): $(wc -w <<<"$eigen_headers") Eigen headers"
+  headers=$(grep -vxF -f <(printf '%s\n' $eigen_headers) <<<"$headers")
+fi
 # Headers that need an optional dependency, as "header:what it includes": checked
 # where that dependency is installed, skipped (and said so) where it is not.
 optional=("ckpt/storage/s3.hpp:curl/curl.h" "ckpt/io/http.hpp:curl/curl.h"
@@ -80,6 +90,7 @@ xargs -P "$jobs" -I{} bash -c '
   extra=(); [[ $h == ckpt/src.hpp ]] && extra=(-DCKPT_SEPARATE_COMPILATION)
   [[ $h == ckpt/mpi* ]] && read -ra extra <<<"$CKPT_MPI_CFLAGS"
   [[ $h == ckpt/torch.hpp || $h == ckpt/leaf/torch_* || $h == ckpt/tree/torch_* ]] && read -ra extra <<<"$CKPT_TORCH_CFLAGS"
+  [[ $h == ckpt/eigen.hpp || $h == ckpt/leaf/eigen* ]] && read -ra extra <<<"$CKPT_EIGEN_CFLAGS"
   echo "#include <$h>" | "$@" "${extra[@]}" -x c++ -fsyntax-only - >"$log" 2>&1 || { echo "$h" >>"$out/failed"; }
 ' _ "$out" {} "$cxx" "${flags[@]}" <<<"$headers"
 failed=0

@@ -7177,6 +7177,7 @@ inline void write(const Snapshot& snap, const std::filesystem::path& dir, const 
 #include <deque>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
