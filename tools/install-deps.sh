@@ -24,8 +24,8 @@ apt_packages=(
   libblosc-dev liblz4-dev libbz2-dev
   # ckpt::mpi and its tests (mpirun)
   libopenmpi-dev openmpi-bin
-  # ckpt::torch (<ckpt/torch.hpp>), its tests and example; PyTorch as their oracle
-  libtorch-dev python3-torch
+  # ckpt::torch (<ckpt/torch.hpp>), its tests and example
+  libtorch-dev
   # the S3 storage backend (ckpt::s3, <ckpt/storage/s3.hpp>)
   libcurl4-openssl-dev
   # Eigen's leaves (ckpt::eigen, <ckpt/eigen.hpp>) and tests/test_eigen.cpp
@@ -36,7 +36,8 @@ apt_packages=(
   python3-zarr python3-numpy python3-msgpack python3-numcodecs python3-zstandard
   # tests/gcs_server.py's crc32c in C (a pure-Python one is its fallback)
   python3-crcmod
-  # PyTorch, the oracle of tests/test_pytorch.cpp (torch.save files both ways)
+  # PyTorch, the oracle of tests/test_pytorch.cpp (torch.save files both ways) and of
+  # the libtorch tests and example
   python3-torch
   # the Python reader (python/) and its tests, which ctest runs with pytest (pip:
   # the test that installs it offline)
