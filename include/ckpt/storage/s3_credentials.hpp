@@ -98,7 +98,7 @@ inline IniSections read_ini(const std::filesystem::path& file) {
   return out;
 }
 
-// "2026-12-06T01:02:03Z" (fractions of a second ignored): how long from now.
+// "YYYY-MM-DDThh:mm:ssZ" (fractions of a second ignored): how long from now.
 inline std::optional<std::chrono::seconds> seconds_until(const std::string& iso) {
   std::tm t{};
   if (std::sscanf(iso.c_str(), "%d-%d-%dT%d:%d:%d", &t.tm_year, &t.tm_mon, &t.tm_mday, &t.tm_hour, &t.tm_min,
