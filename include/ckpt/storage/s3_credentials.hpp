@@ -341,7 +341,10 @@ class AwsCredentials {
     try {
       if (kind_ == Kind::web_identity) {
         const std::string token = read_text(token_file_, "the web identity token file");
-        form = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + io::url_encode(role_arn_, false) +
+        // STS names its query API by the version string every AWS SDK sends
+        constexpr std::string_view sts_api_version = "2011-06-15";
+        form = "Action=AssumeRoleWithWebIdentity&Version=" + std::string(sts_api_version) +
+               "&RoleArn=" + io::url_encode(role_arn_, false) +
                "&RoleSessionName=" + io::url_encode(session_name_, false) +
                "&WebIdentityToken=" + io::url_encode(token, false);
         r.method = "POST";
