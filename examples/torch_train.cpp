@@ -48,17 +48,12 @@ struct Net : torch::nn::Module {
   torch::nn::Sequential layers;
 };
 
-// An optimizer is neither copyable nor default-constructible, which ckpt's count of an
-// aggregate's fields needs: a struct holding one names its fields (tree/reflect.hpp).
+// The training state, a plain aggregate: ckpt reflects its fields, the optimizer among them.
 struct TrainState {
   std::int64_t step = 0;
   Net model;
   torch::optim::Adam opt{model.parameters(), torch::optim::AdamOptions(3e-3)};
   std::mt19937_64 rng{7};  // draws every batch
-  friend constexpr auto ckpt_fields(ckpt::type_tag<TrainState>) {
-    return ckpt::fields(ckpt::field("step", &TrainState::step), ckpt::field("model", &TrainState::model),
-                        ckpt::field("opt", &TrainState::opt), ckpt::field("rng", &TrainState::rng));
-  }
 };
 
 namespace {

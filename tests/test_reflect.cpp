@@ -45,6 +45,26 @@ class Private {
   int not_saved_ = 42;  // left out of ckpt_fields on purpose
 };
 
+// Neither copyable nor movable nor default-constructible, as a libtorch optimizer is.
+class Pinned {
+ public:
+  explicit Pinned(float scale) : scale_(scale) {}
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  float scale() const { return scale_; }
+  friend constexpr auto ckpt_fields(ckpt::type_tag<Pinned>) { return ckpt::fields(ckpt::field("scale", &Pinned::scale_)); }
+
+ private:
+  float scale_;
+};
+
+// A plain aggregate holding one, before and after other fields.
+struct HoldsPinned {
+  std::int64_t step = 0;
+  Pinned pinned{1.5f};
+  std::vector<float> weights;
+};
+
 struct Mixed {
   HanaDefined h;
   HanaAdapted ha;
@@ -73,6 +93,21 @@ TEST_CASE("aggregate field names are read at compile time") {
   static_assert(ckpt::reflect::field_name<HanaAdapted, 0>() == "gamma");
   CHECK(ckpt::reflect::field_name<Private, 1>() == "b");
   CHECK(ckpt::reflect::field_count<Private>() == 2);
+}
+
+TEST_CASE("an aggregate holding a field that is neither copyable nor movable is reflected") {
+  static_assert(ckpt::reflect::field_count<HoldsPinned>() == 3);
+  static_assert(ckpt::reflect::field_name<HoldsPinned, 1>() == "pinned");
+  static_assert(ckpt::reflect::field_name<HoldsPinned, 2>() == "weights");
+  test::TempDir tmp;
+  HoldsPinned saved{7, Pinned(2.5f), {1, 2, 3}};
+  ckpt::save(tmp / "c", saved);
+  CHECK(ckpt::metadata(tmp / "c").paths() == std::vector<std::string>{"step", "pinned.scale", "weights"});
+  HoldsPinned restored;
+  ckpt::restore_into(tmp / "c", restored);
+  CHECK(restored.step == 7);
+  CHECK(restored.pinned.scale() == 2.5f);
+  CHECK(restored.weights == std::vector<float>{1, 2, 3});
 }
 
 TEST_CASE("paths join field names, list indices and map keys") {

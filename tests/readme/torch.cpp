@@ -17,10 +17,6 @@ struct TrainState {
   Net model;
   torch::optim::Adam opt{model.parameters(), torch::optim::AdamOptions(1e-3)};
   std::mt19937_64 rng;
-  friend constexpr auto ckpt_fields(ckpt::type_tag<TrainState>) {
-    return ckpt::fields(ckpt::field("step", &TrainState::step), ckpt::field("model", &TrainState::model),
-                        ckpt::field("opt", &TrainState::opt), ckpt::field("rng", &TrainState::rng));
-  }
 };
 
 void resume_and_train(TrainState& state) {

@@ -27,6 +27,9 @@ namespace ckpt::detail {
 // fields itself: the largest N for which T{f1, ..., fN} compiles, where each fi
 // converts to any field type but T (so T's copy constructor never counts). Access
 // uses PFR's structured-binding tie with that count.
+// A copyable aggregate's fields take references (a reference field needs one); an
+// aggregate that is not copy-constructible may hold a field that is neither copyable nor
+// movable (a torch::optim::Adam), which only a prvalue initializes, as in Boost.PFR.
 template <class T>
 struct any_field {
   template <class U>
@@ -37,9 +40,17 @@ struct any_field {
   operator U&&() const;
 };
 
+template <class T>
+struct any_field_value {
+  template <class U>
+    requires(!std::is_same_v<std::remove_cvref_t<U>, T>)
+  operator U() const;
+};
+
 template <class T, std::size_t... I>
 constexpr bool brace_initializable_with(std::index_sequence<I...>) {
-  return requires { T{(void(I), any_field<T>{})...}; };
+  if constexpr (std::is_copy_constructible_v<T>) return requires { T{(void(I), any_field<T>{})...}; };
+  else return requires { T{(void(I), any_field_value<T>{})...}; };
 }
 
 // A field with no default constructor (an Eigen::Map, a reference) after the first N + 1
