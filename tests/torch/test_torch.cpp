@@ -4,7 +4,8 @@
 // Its own executable (ckpt_torch_tests), built where libtorch is found: libtorch's headers
 // cost more to compile than the rest of a test unit, so every libtorch test is here, in
 // one unit. Run with `--torch-train <dir> <steps>` or `--torch-resume <dir> <steps> <out>`,
-// it is the child process of the resume test.
+// it is the child process of the resume test; under mpirun with `--torch-mpi <dir>`
+// (built with CKPT_TEST_TORCH_MPI), one rank of the MPI test.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <torch/nn/module.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -16,6 +17,9 @@
 #include <torch/optim/sgd.h>
 
 #include <ckpt/torch.hpp>
+#if CKPT_TEST_TORCH_MPI
+#include <ckpt/mpi.hpp>
+#endif
 
 // After libtorch: its glog defines CHECK too, and doctest's must be the one the tests use.
 #include "../support.hpp"
@@ -49,17 +53,12 @@ struct Net : torch::nn::Module {
   torch::nn::Sequential layers{nullptr};
 };
 
-// An optimizer is neither copyable nor default-constructible, which ckpt's count of an
-// aggregate's fields needs: a struct holding one names its fields.
+// A plain aggregate: ckpt reflects its fields, the optimizer among them.
 struct TrainState {
   std::int64_t step = 0;
   Net model;
   torch::optim::Adam opt{model.parameters(), torch::optim::AdamOptions(1e-2).amsgrad(true).weight_decay(1e-4)};
   std::mt19937_64 rng{42};
-  friend constexpr auto ckpt_fields(ckpt::type_tag<TrainState>) {
-    return ckpt::fields(ckpt::field("step", &TrainState::step), ckpt::field("model", &TrainState::model),
-                        ckpt::field("opt", &TrainState::opt), ckpt::field("rng", &TrainState::rng));
-  }
 };
 
 // One training step on a batch drawn from the state's own generator.
@@ -76,7 +75,8 @@ void train_step(TrainState& s) {
 }
 
 // Every leaf of a value as the snapshot a save writes: path -> (dtype, shape, bytes).
-std::map<std::string, std::string> leaves_of(const TrainState& s) {
+template <class T>
+std::map<std::string, std::string> leaves_of(const T& s) {
   std::map<std::string, std::string> out;
   for (const auto& l : ckpt::take_snapshot(s).leaves) {
     std::string v = std::string(ckpt::dtype_name(l.data.type)) + ckpt::shape_str(l.data.shape) + ":";
@@ -426,10 +426,104 @@ TEST_CASE("torch: training resumed in a new process continues bit for bit") {
                         initial.layers[0]->named_parameters()["weight"]));
 }
 
+#if CKPT_TEST_TORCH_MPI
+// Tensor parallel and data parallel at once: each rank holds its rows of an embedding
+// (a Sharded tensor), and the same module and optimizer as every other rank.
+struct ParallelState {
+  std::int64_t step = 0;
+  ckpt::Sharded<at::Tensor> embedding;
+  Net model;
+  torch::optim::Adam opt{model.parameters()};
+};
+
+constexpr std::int64_t embedding_rows = 6, embedding_cols = 4;
+
+// A training step on a batch that depends only on the step: the same on every rank.
+void train_step_on(Net& model, torch::optim::Adam& opt, std::int64_t step) {
+  const at::Tensor x = at::linspace(-1, 1, 16 * 8, at::kFloat).reshape({16, 8}) * static_cast<double>(step + 1);
+  opt.zero_grad();
+  const at::Tensor loss = (model.forward(x) - x.narrow(1, 0, 4).sin()).pow(2).mean();
+  loss.backward();
+  opt.step();
+}
+
+at::Tensor global_embedding() {
+  return at::arange(embedding_rows * embedding_cols, at::kFloat).reshape({embedding_rows, embedding_cols});
+}
+
+// One rank of `mpirun -np 2 ckpt_torch_tests --torch-mpi <dir>`: saves two steps with
+// the MPI manager (async), restores the latest into a fresh state, and checks its rows
+// and its module. Exit code 0 when every check held.
+int mpi_child_main(const fs::path& dir) {
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  int rc = 0;
+  {
+    torch::set_num_threads(1);
+    const ckpt::mpi::Comm world(MPI_COMM_WORLD);
+    const auto rows = embedding_rows / world.size();
+    const auto mine = [&] { return global_embedding().narrow(0, world.rank() * rows, rows).clone(); };
+    auto sharded = [&](at::Tensor local) {
+      return ckpt::Sharded<at::Tensor>{{std::size_t(embedding_rows), std::size_t(embedding_cols)},
+                                       {std::size_t(world.rank() * rows), 0}, std::move(local)};
+    };
+    torch::manual_seed(0);
+    ParallelState s;
+    s.embedding = sharded(mine());
+    {
+      ckpt::mpi::CheckpointManager<ParallelState, ckpt::async_save> mgr(world, dir, {.max_to_keep = 1});
+      for (int i = 0; i < 2; ++i) {
+        train_step_on(s.model, s.opt, s.step);
+        ++s.step;
+        mgr.save(s.step, s);
+      }
+      mgr.wait_until_finished();
+    }
+    ParallelState back;  // fresh: other weights, no optimizer state
+    back.embedding = sharded(at::zeros({rows, embedding_cols}));
+    ckpt::mpi::CheckpointManager<ParallelState> mgr(world, dir, {.read_only = true});
+    mgr.restore_latest_into(back);
+    rc = back.step == 2 && back.embedding.local.equal(mine()) &&
+                 leaves_of(back.model) == leaves_of(s.model) && leaves_of(back.opt) == leaves_of(s.opt)
+             ? 0
+             : 1;
+  }
+  MPI_Finalize();
+  return rc;
+}
+
+TEST_CASE("torch: MPI ranks save Sharded tensors and a replicated module as one checkpoint") {
+  TempDir tmp;
+  run(std::string(CKPT_MPIEXEC) + " -np 2 --oversubscribe --allow-run-as-root " + self_exe() + " --torch-mpi " +
+      (tmp / "run").string());
+  // One process reads the whole embedding the two ranks wrote, and the module.
+  struct Whole {
+    std::int64_t step = 0;
+    at::Tensor embedding;
+    Net model;
+    torch::optim::Adam opt{model.parameters()};
+  };
+  Whole w;
+  ckpt::CheckpointManager<Whole> mgr(tmp / "run", {.read_only = true});
+  CHECK(mgr.all_steps() == std::vector<std::int64_t>{2});
+  mgr.restore_latest_into(w);
+  CHECK(w.step == 2);
+  CHECK(same_bits(w.embedding, global_embedding()));
+  torch::manual_seed(0);
+  ParallelState trained;
+  for (; trained.step < 2; ++trained.step) train_step_on(trained.model, trained.opt, trained.step);
+  CHECK(leaves_of(w.model) == leaves_of(trained.model));
+  CHECK(leaves_of(w.opt) == leaves_of(trained.opt));
+}
+#endif
+
 }  // namespace torch_test
 
 int main(int argc, char** argv) {
   if (argc > 3 && (std::string(argv[1]) == "--torch-train" || std::string(argv[1]) == "--torch-resume"))
     return torch_test::child_main(argc, argv);
+#if CKPT_TEST_TORCH_MPI
+  if (argc == 3 && std::string(argv[1]) == "--torch-mpi") return torch_test::mpi_child_main(argv[2]);
+#endif
   return doctest::Context(argc, argv).run();
 }
