@@ -373,6 +373,14 @@ TEST_CASE("torch: optimizers restore into fresh ones; a param group of another s
     auto& n = static_cast<torch::optim::SGDParamState&>(*o.sgd.state().at(old));
     CHECK(same_bits(m.momentum_buffer(), n.momentum_buffer()));
   }
+  // With no leaf inline in the manifest, the steps and the groups' parameter numbers come
+  // through the restore's batched reads, after the optimizer has taken them: read at once.
+  ckpt::save(tmp / "out_of_line", o, {.inline_threshold = 0});
+  Optimizers later;
+  ckpt::restore_into(tmp / "out_of_line", later);
+  for (const auto& p : later.model.parameters())
+    CHECK(static_cast<torch::optim::AdamParamState&>(*later.adam.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())))
+              .step() == 3);
   // Into an optimizer that holds state: filled in place, the same memory.
   const auto key0 = c10::guts::to_string(fresh.model.parameters()[0].unsafeGetTensorImpl());
   auto& held = static_cast<torch::optim::AdamParamState&>(*fresh.adam.state().at(key0));

@@ -48,6 +48,12 @@ struct StepCount {
   std::int64_t value = 0;
 };
 
+// A tensor of an optimizer's state, restored onto its parameter's device.
+struct StateTensor {
+  at::Tensor& tensor;
+  c10::Device device;
+};
+
 inline std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
 
 // What differs between optimizers: their per-parameter state and their options.
@@ -66,15 +72,15 @@ struct adam_fields {
     if (s.max_exp_avg_sq().defined()) f(ChildPath{"state", i, "max_exp_avg_sq"}, s.max_exp_avg_sq());
   }
   template <class F>
-  static void restore_state(State& s, const std::string& i, const ChildLookup& lookup, F&& f) {
+  static void restore_state(State& s, const std::string& i, const ChildLookup& lookup, c10::Device device, F&& f) {
     StepCount step;
     f(ChildPath{"state", i, "step"}, step);
     s.step(step.value);
-    f(ChildPath{"state", i, "exp_avg"}, s.exp_avg());
-    f(ChildPath{"state", i, "exp_avg_sq"}, s.exp_avg_sq());
-    if (lookup.has({"state", i, "max_exp_avg_sq"})) f(ChildPath{"state", i, "max_exp_avg_sq"}, s.max_exp_avg_sq());
+    StateTensor avg{s.exp_avg(), device}, avg_sq{s.exp_avg_sq(), device}, max_sq{s.max_exp_avg_sq(), device};
+    f(ChildPath{"state", i, "exp_avg"}, avg);
+    f(ChildPath{"state", i, "exp_avg_sq"}, avg_sq);
+    if (lookup.has({"state", i, "max_exp_avg_sq"})) f(ChildPath{"state", i, "max_exp_avg_sq"}, max_sq);
   }
-  static std::vector<at::Tensor*> tensors(State& s) { return {&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()}; }
   template <class O, class F>
   static void options(O& o, const std::string& j, F&& f) {
     f(ChildPath{"param_groups", j, "lr"}, o.lr());
@@ -99,10 +105,10 @@ struct optimizer_fields<torch::optim::SGD> {
     f(ChildPath{"state", i, "momentum_buffer"}, s.momentum_buffer());
   }
   template <class F>
-  static void restore_state(state_type& s, const std::string& i, const ChildLookup&, F&& f) {
-    f(ChildPath{"state", i, "momentum_buffer"}, s.momentum_buffer());
+  static void restore_state(state_type& s, const std::string& i, const ChildLookup&, c10::Device device, F&& f) {
+    StateTensor buffer{s.momentum_buffer(), device};
+    f(ChildPath{"state", i, "momentum_buffer"}, buffer);
   }
-  static std::vector<at::Tensor*> tensors(state_type& s) { return {&s.momentum_buffer()}; }
   template <class O, class F>
   static void options(O& o, const std::string& j, F&& f) {
     f(ChildPath{"param_groups", j, "lr"}, o.lr());
@@ -152,9 +158,7 @@ void restore_optimizer(Opt& opt, const ChildLookup& lookup, F&& f) {
       auto& slot = states[state_key(p)];
       if (!slot) slot = std::make_unique<state_type>();
       auto& st = static_cast<state_type&>(*slot);
-      fields::restore_state(st, si, lookup, f);
-      for (at::Tensor* t : fields::tensors(st))
-        if (t->defined() && t->device() != p.device()) *t = t->to(p.device());
+      fields::restore_state(st, si, lookup, p.device(), f);
     }
     fields::options(static_cast<typename fields::options_type&>(group.options()), gj, f);
     GroupParams ids{{}, group.params().size()};
@@ -172,11 +176,26 @@ struct leaf_codec<detail::torch_tree::GroupParams> {
     return leaf_codec<owned_leaf<std::vector<std::int64_t>>>::save({g.ids});
   }
   static void restore(detail::torch_tree::GroupParams& g, const LeafSource& src) {
-    leaf_codec<std::vector<std::int64_t>>::restore(g.ids, src);
+    owned_leaf<std::vector<std::int64_t>> ids;  // looked at now: read now
+    leaf_codec<owned_leaf<std::vector<std::int64_t>>>::restore(ids, src);
+    g.ids = std::move(ids.value);
     if (g.ids.size() != g.expected)
       throw ShapeMismatchError(src.checkpoint(), src.path(),
                                "a param group of " + std::to_string(g.ids.size()) +
                                    " parameters in checkpoint, of " + std::to_string(g.expected) + " in the optimizer");
+  }
+};
+
+// Read into the tensor in place where it has the checkpoint's shape; otherwise a new one
+// on the host, read at once when it then moves to another device.
+template <>
+struct leaf_codec<detail::torch_tree::StateTensor> {
+  static constexpr dtype type = dtype::none;
+  static constexpr int rank = -1;
+  static LeafBytes save(const detail::torch_tree::StateTensor& t) { return detail::torch_leaf::save(t.tensor); }
+  static void restore(detail::torch_tree::StateTensor& t, const LeafSource& src) {
+    detail::torch_leaf::restore(t.tensor, src, false, !t.device.is_cpu());
+    if (t.tensor.defined() && t.tensor.device() != t.device) t.tensor = t.tensor.to(t.device);
   }
 };
 
@@ -188,7 +207,12 @@ struct leaf_codec<detail::torch_tree::StepCount> {
     return leaf_codec<owned_leaf<std::int64_t>>::save({s.value});
   }
   static void restore(detail::torch_tree::StepCount& s, const LeafSource& src) {
-    if (src.type() == dtype::int64) return leaf_codec<std::int64_t>::restore(s.value, src);
+    if (src.type() == dtype::int64) {  // handed to the optimizer at once: read now
+      owned_leaf<std::int64_t> v;
+      leaf_codec<owned_leaf<std::int64_t>>::restore(v, src);
+      s.value = v.value;
+      return;
+    }
     at::Tensor t;  // Python's step: a float32 tensor of shape [] (or [1] when capturable)
     detail::torch_leaf::restore(t, src, false, true);
     if (t.numel() != 1) src.fail_shape({});
