@@ -252,6 +252,13 @@ TEST_CASE("safetensors shards: max_shard_bytes splits into model-0000i-of-0000n 
   const auto back = ckpt::restore<Model>(tmp / "sharded");
   CHECK(back.layers[1].weight == m.layers[1].weight);
   CHECK(back.u64 == m.u64);
+  // A conversion streams its arrays: they are counted in the shard split and total_size too.
+  ckpt::save(tmp / "native", m);
+  const auto converted = ckpt::convert(tmp / "native", tmp / "converted", "safetensors", {.max_shard_bytes = 20000});
+  CHECK(fs::exists(tmp / "converted/model-00003-of-00003.safetensors"));
+  const auto total = json::parse(std::ifstream(tmp / "converted/model.safetensors.index.json"))["metadata"]["total_size"];
+  CHECK(total == json::parse(std::ifstream(tmp / "sharded/model.safetensors.index.json"))["metadata"]["total_size"]);
+  CHECK(total == converted.bytes);
   // the index file itself opens too
   CHECK(ckpt::restore_tree(tmp / "sharded/model.safetensors.index.json").leaves().size() ==
         ckpt::restore_tree(tmp / "sharded").leaves().size());
