@@ -3186,7 +3186,7 @@ struct Snapshot {
 
   std::uint64_t total_bytes() const {
     std::uint64_t n = 0;
-    for (const auto& l : leaves) n += l.data.view.size();
+    for (const auto& l : leaves) n += l.data.size();  // streamed leaves too
     return n;
   }
   void make_owned() {
