@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <ckpt/ckpt.hpp>
+#include <ckpt/format/native/manifest.hpp>  // format_name
 #include <ckpt/migrate.hpp>
 #include <ckpt/mpi/comm.hpp>
 
