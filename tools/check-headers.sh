@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every public header compiles on its own: for each include/ckpt/**/*.hpp, a
-# one-line TU `#include <ckpt/X.hpp>` is compiled with -fsyntax-only. A header
+# one-line TU `#include <ckpt/X.hpp>` is compiled with -fsyntax-only (header-only
+# where the header holds definitions, else in separate-compilation mode: see below). A header
 # that leans on what an earlier include happened to bring in fails here, not in
 # a user's program that includes it first.
 #
@@ -81,16 +82,25 @@ if [[ ${#umbrellas[@]} -gt 0 ]]; then
   headers=$(grep -vxF -f <(printf '%s\n' "${umbrellas[@]}") <<<"$headers")
 fi
 total=$(wc -l <<<"$headers")
+export CKPT_INCLUDE_DIR="$root/include"
 # Each header in its own process, $jobs at a time; a failing one leaves its log.
 # The compiler and flags travel as arguments (xargs cannot pass an array).
 xargs -P "$jobs" -I{} bash -c '
   out=$1 h=$2; shift 2
   log="$out/${h//\//_}.log"
-  # src.hpp is the unit of a separate-compilation build and says so when misused
-  extra=(); [[ $h == ckpt/src.hpp ]] && extra=(-DCKPT_SEPARATE_COMPILATION)
+  extra=()
   [[ $h == ckpt/mpi* ]] && read -ra extra <<<"$CKPT_MPI_CFLAGS"
   [[ $h == ckpt/torch.hpp || $h == ckpt/leaf/torch_* || $h == ckpt/tree/torch_* ]] && read -ra extra <<<"$CKPT_TORCH_CFLAGS"
   [[ $h == ckpt/eigen.hpp || $h == ckpt/leaf/eigen* ]] && read -ra extra <<<"$CKPT_EIGEN_CFLAGS"
+  # A header with definitions (`#if CKPT_DEFINE_API` blocks, and the includes they
+  # need) is compiled header-only, so that its own includes are shown to cover them. Any
+  # other reads the same in both modes and is compiled in separate-compilation mode:
+  # there the headers below it bring in the least (no definitions, nor what they
+  # include), so a header leaning on one of those fails.
+  # src.hpp is the unit of a separate-compilation build and says so when misused.
+  if [[ $h == ckpt/src.hpp ]] || ! grep -q "CKPT_DEFINE_API" "$CKPT_INCLUDE_DIR/$h"; then
+    extra+=(-DCKPT_SEPARATE_COMPILATION)
+  fi
   echo "#include <$h>" | "$@" "${extra[@]}" -x c++ -fsyntax-only - >"$log" 2>&1 || { echo "$h" >>"$out/failed"; }
 ' _ "$out" {} "$cxx" "${flags[@]}" <<<"$headers"
 failed=0
