@@ -46,6 +46,7 @@
 #include <ckpt/format/interop/flat_names.hpp>
 #include <ckpt/io/untrusted.hpp>
 #include <ckpt/format/interop/stored.hpp>
+#include <ckpt/format/interop/weight_map.hpp>
 #include <ckpt/format/native/manifest.hpp>
 #include <ckpt/format/native/writer.hpp>  // write_piece
 #include <ckpt/format/registry.hpp>
@@ -65,7 +66,6 @@ using json = nlohmann::json;
 // The reference's limit (MAX_HEADER_SIZE): a larger header is refused before parsing.
 inline constexpr std::uint64_t max_header_bytes = 100'000'000;
 inline constexpr std::size_t max_rank = 64;
-inline constexpr std::size_t max_shards = 100'000;
 inline constexpr std::uint64_t max_index_json_bytes = 64u << 20;
 inline constexpr const char* single_file = "model.safetensors";
 inline constexpr const char* index_file = "model.safetensors.index.json";
@@ -435,36 +435,14 @@ inline IndexInfo info_from(const std::map<std::string, std::string>& metadata) {
   return info;
 }
 
-// A file name from an index's weight_map: a plain name inside the directory.
-inline bool plain_file_name(const std::string& s) {
-  return !s.empty() && s.size() < 256 && s != "." && s != ".." && s.find('/') == std::string::npos &&
-         s.find('\0') == std::string::npos;
-}
-
 // A sharded checkpoint from its index's bytes; open_shard(file name) parses a shard,
 // nullopt when it is missing.
 template <class OpenShard>
 std::shared_ptr<const Index> open_sharded_with(std::span<const std::byte> raw, const std::string& index_name,
                                                const std::string& checkpoint, OpenShard open_shard) {
-  const json j = ckpt::detail::parse_json({reinterpret_cast<const char*>(raw.data()), raw.size()}, checkpoint, "",
-                                          index_name);
-  const auto wm = j.is_object() ? j.find("weight_map") : j.end();
-  if (wm == j.end() || !wm->is_object())
-    throw CorruptCheckpointError(checkpoint, "", index_name + " has no weight_map object");
-  std::map<std::string, std::string> weight_map;
-  std::vector<std::string> files;
-  for (auto it = wm->begin(); it != wm->end(); ++it) {
-    if (!it.value().is_string() || !plain_file_name(it.value().get<std::string>()))
-      throw CorruptCheckpointError(checkpoint, shown(it.key()),
-                                   "weight_map entry is not a file name inside the checkpoint directory");
-    const auto& f = it.value().get_ref<const std::string&>();
-    weight_map[it.key()] = f;
-    if (std::find(files.begin(), files.end(), f) == files.end()) {
-      if (files.size() >= max_shards) throw CorruptCheckpointError(checkpoint, "", "weight_map names too many files");
-      files.push_back(f);
-    }
-  }
-  std::sort(files.begin(), files.end());
+  const detail::interop::WeightMap map = detail::interop::parse_weight_map(raw, index_name, checkpoint);
+  const auto& weight_map = map.file_of;
+  const auto& files = map.files;
   detail::interop::IndexBuilder b(checkpoint);
   std::vector<std::string_view> names;  // a shard's tensors not in the weight_map are refused
   for (const auto& kv : weight_map) names.emplace_back(kv.first);

@@ -45,7 +45,6 @@ inline constexpr const char* single_file = "pytorch_model.bin";
 inline constexpr const char* index_file = "pytorch_model.bin.index.json";
 inline constexpr std::uint64_t max_index_json_bytes = 64u << 20;
 inline constexpr std::size_t max_depth = 100;
-inline constexpr std::size_t max_shards = 100'000;
 
 // An archive's bytes: a local file mapped, or an object read by range.
 struct Source {

@@ -5,7 +5,6 @@
 // the map says.
 #pragma once
 
-#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -15,41 +14,21 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include <ckpt/format/interop/weight_map.hpp>
 #include <ckpt/format/pytorch/reader.hpp>
 
 namespace ckpt {
 
 namespace detail::pytorch {
 
-inline bool plain_file_name(const std::string& s) {
-  return !s.empty() && s.size() < 256 && s != "." && s != ".." && s.find('/') == std::string::npos &&
-         s.find('\\') == std::string::npos && s.find('\0') == std::string::npos;
-}
-
 // Hugging Face's sharded checkpoint: the index's weight_map names each tensor's file;
 // open_shard(file) gives its Source, nullopt when it is missing.
 template <class OpenShard>
 std::shared_ptr<const Index> open_sharded_with(std::span<const std::byte> raw, const std::string& index_name,
                                                const std::string& checkpoint, OpenShard open_shard) {
-  const json j = ckpt::detail::parse_json({reinterpret_cast<const char*>(raw.data()), raw.size()}, checkpoint, "", index_name);
-  const auto wm = j.is_object() ? j.find("weight_map") : j.end();
-  if (wm == j.end() || !wm->is_object()) throw CorruptCheckpointError(checkpoint, "", index_name + " has no weight_map object");
-  std::map<std::string, std::string> weight_map;
-  std::vector<std::string> files;
-  for (auto it = wm->begin(); it != wm->end(); ++it) {
-    if (!it.value().is_string() || !plain_file_name(it.value().get<std::string>()))
-      throw CorruptCheckpointError(checkpoint, ckpt::detail::safe_text(it.key(), 200),
-                                   "weight_map entry is not a file name inside the checkpoint directory");
-    const auto& f = it.value().get_ref<const std::string&>();
-    weight_map[it.key()] = f;
-    if (std::find(files.begin(), files.end(), f) == files.end()) {
-      if (files.size() >= max_shards) throw CorruptCheckpointError(checkpoint, "", "weight_map names too many files");
-      files.push_back(f);
-    }
-  }
-  std::sort(files.begin(), files.end());
+  const interop::WeightMap map = interop::parse_weight_map(raw, index_name, checkpoint);
+  const auto& weight_map = map.file_of;
+  const auto& files = map.files;
   std::vector<std::string_view> names;
   for (const auto& kv : weight_map) names.emplace_back(kv.first);
   const interop::FlatNames paths(names, '.');
